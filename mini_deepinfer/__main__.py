@@ -1,0 +1,70 @@
+"""``python -m mini_deepinfer``: two requests through the engine with the toy runner.
+
+Scope: the first demo of the course. It needs nothing but Python 3.10+: the toy runner stands in
+for a model ("next token = last input + 1"), and every round's inputs, outputs and slot allocation
+are printed from the engine's trace events.
+Non-scope: real models (``python -m mini_deepinfer.generate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .engine import Engine
+from .request import SamplingParams
+from .toy import ToyRunner
+from .trace import Trace, TraceEvent, format_event
+
+QUIET_KINDS = {"launch", "read"}  # shown only with --pipeline, where their order is the point
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m mini_deepinfer",
+        description="Run two toy requests (next token = last input + 1) through Engine.step().")
+    parser.add_argument("--slots", type=int, default=8, help="KV slots in the cache (default 8)")
+    parser.add_argument("--cancel", metavar="REQUEST_ID", help="cancel this request (req-0 or req-1)")
+    parser.add_argument("--cancel-after-round", type=int, default=1, metavar="N",
+                        help="round after which --cancel takes effect (default 1)")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="cross-round execution: launch round N+1 before reading round N")
+    return parser.parse_args(argv)
+
+
+# --8<-- [start:demo]
+def run_demo(args: argparse.Namespace, print_line=print) -> Engine:
+    def show(event: TraceEvent) -> None:
+        if args.pipeline or event.kind not in QUIET_KINDS:
+            print_line(format_event(event))
+
+    engine = Engine(ToyRunner(), kv_capacity=args.slots, pipeline=args.pipeline, trace=Trace(listener=show))
+    engine.submit("req-0", [10, 11], SamplingParams(max_new_tokens=3))
+    engine.submit("req-1", [20], SamplingParams(max_new_tokens=4, eos_token_ids=(22,)))
+    while engine.has_unfinished():
+        engine.step()
+        if args.cancel and engine.round_id == args.cancel_after_round:
+            engine.cancel(args.cancel)
+    for req in engine.requests.values():
+        print_line(f"{req.request_id}: {req.output_token_ids} ({req.finish_reason.value})")
+    print_line(f"Free slots: {engine.kv_pool.num_free}/{engine.kv_pool.capacity}")
+    return engine
+# --8<-- [end:demo]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.cancel not in (None, "req-0", "req-1"):
+        print(f"error: --cancel must be req-0 or req-1, got {args.cancel!r}", file=sys.stderr)
+        return 2
+    try:
+        print(f"Toy model: next token = last input + 1. KV slots: {args.slots}.")
+        run_demo(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""BatchEngine: many requests per round under a token budget, with optional chunked prefill.
+
+Scope: only the scheduling policy. Each round first gives one decode token to every running request
+that has finished its prompt (up to the budget), then spends what is left of the budget on prompts:
+unfinished chunked prompts first, then waiting requests in arrival order, admitting them while
+``max_num_seqs`` and the cache allow. With chunked prefill a prompt longer than the remaining budget is
+split across rounds; without it the prompt waits for a round where it fits whole. Everything else (the
+loop, launch, read, commit, release) is ``Engine``'s, unchanged.
+Non-scope: preemption. A request is admitted only when its worst case (prompt + max_new_tokens) fits,
+so a running request never runs out of slots; DeepInfer admits optimistically and preempts instead.
+"""
+
+from __future__ import annotations
+
+from .engine import Engine
+from .plan import RoundPlan, Runner, SeqPlan
+from .request import Request, RequestStatus
+from .trace import Trace
+
+
+class BatchEngine(Engine):
+    """``Engine`` with a batching schedule.
+
+    Args:
+        max_num_seqs: most requests admitted (running) at once.
+        max_batched_tokens: the token budget of one round (decode tokens + prefill tokens).
+        chunked_prefill: split a prompt that does not fit the remaining budget across rounds.
+    """
+
+    def __init__(self, runner: Runner, kv_capacity: int, state_capacity: int | None = None, *,
+                 max_num_seqs: int = 8, max_batched_tokens: int = 256, chunked_prefill: bool = False,
+                 pipeline: bool = False, trace: Trace | None = None) -> None:
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if max_batched_tokens < 1:
+            raise ValueError(f"max_batched_tokens must be >= 1, got {max_batched_tokens}")
+        super().__init__(runner, kv_capacity, state_capacity, pipeline=pipeline, trace=trace)
+        self.max_num_seqs = max_num_seqs
+        self.max_batched_tokens = max_batched_tokens
+        self.chunked_prefill = chunked_prefill
+
+    def check_fits(self, req: Request) -> None:
+        super().check_fits(req)
+        if not self.chunked_prefill and req.prompt_len > self.max_batched_tokens:
+            raise ValueError(
+                f"{req.request_id}: prompt of {req.prompt_len} tokens never fits the budget of "
+                f"{self.max_batched_tokens} tokens per round; use chunked prefill or a larger budget")
+
+    # --8<-- [start:schedule]
+    def schedule(self) -> RoundPlan:
+        """Decode tokens first, then prompt tokens while the budget lasts."""
+        budget = self.max_batched_tokens
+        seqs: list[SeqPlan] = []
+        for req in [r for r in self.running if r.prefill_done]:
+            if budget == 0:
+                break
+            seqs.append(self.plan_decode(req))
+            budget -= 1
+        for req in self._prefill_candidates():
+            if budget == 0:
+                break
+            chunk = self._chunk_size(req, budget)
+            if chunk == 0:
+                break  # first come, first served: later prompts do not overtake this one
+            if req.status is RequestStatus.WAITING:
+                self.admit(req)
+            seqs.append(self.plan_prefill(req, chunk))
+            budget -= chunk
+        return RoundPlan(self.round_id, tuple(seqs))
+    # --8<-- [end:schedule]
+
+    # --8<-- [start:chunk]
+    def _prefill_candidates(self) -> list[Request]:
+        """Admitted prompts still being prefilled (chunked), then waiting requests that can be admitted."""
+        started = [r for r in self.running if not r.prefill_done]
+        return started + list(self.waiting)
+
+    def _chunk_size(self, req: Request, budget: int) -> int:
+        """How many of the request's remaining prompt tokens run this round (0 = not this round)."""
+        if req.status is RequestStatus.WAITING:
+            if len(self.running) >= self.max_num_seqs or not self.can_admit(req):
+                return 0
+        remaining = req.prompt_len - req.num_computed
+        if remaining <= budget:
+            return remaining
+        return budget if self.chunked_prefill else 0
+    # --8<-- [end:chunk]

@@ -1,0 +1,108 @@
+"""The hybrid cache: KV slots for full-attention layers, state slots for linear-attention layers.
+
+Scope: the tensors, indexed by slot number. A *KV slot* is one row of every full-attention layer's key and
+value tensors and holds one token position of one sequence ("paged attention with block size 1"). A *state
+slot* is one row of every linear-attention (Gated DeltaNet) layer's convolution window and recurrent state and
+holds one sequence's whole past, whatever its length. The model reads and writes these rows during
+``forward``; this class also copies, resets and snapshots state slots.
+
+Non-scope: slot accounting. Which slots are free, and when a slot may be released, is decided by the engine's
+``SlotPool``; the cache never allocates or frees slots.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from mini_deepinfer.models.config import ModelConfig
+
+
+class HybridCache:
+    """KV slots for the full-attention layers, state slots for the linear-attention layers.
+
+    Per full-attention layer ``i``: ``key_cache[i]`` and ``value_cache[i]`` of shape
+    ``[kv_capacity, num_kv_heads, head_dim]`` in the model dtype (keys after norm and rotary embedding).
+    Per linear-attention layer ``i``: ``conv_state[i]`` of shape ``[state_capacity, conv_dim, kernel - 1]``
+    (the last pre-convolution inputs, model dtype) and ``recurrent_state[i]`` of shape
+    ``[state_capacity, Hv, dk, dv]``, always float32.
+
+    Args:
+        config: The model configuration.
+        kv_capacity: Number of KV slots (token positions over all sequences).
+        state_capacity: Number of state slots (sequences whose linear-attention state is kept).
+        dtype: Model dtype for keys, values and convolution windows.
+        device: Where the tensors live.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        kv_capacity: int,
+        state_capacity: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        if kv_capacity < 1 or state_capacity < 0:
+            raise ValueError(f"invalid cache capacity: kv {kv_capacity}, state {state_capacity}")
+        self.kv_capacity = kv_capacity
+        self.state_capacity = state_capacity
+        self.dtype = dtype
+        self.device = torch.device(device)
+        kv_shape = (kv_capacity, config.num_key_value_heads, config.head_dim)
+        self.key_cache: dict[int, torch.Tensor] = {}
+        self.value_cache: dict[int, torch.Tensor] = {}
+        for i in config.full_attention_layers:
+            self.key_cache[i] = torch.zeros(kv_shape, dtype=dtype, device=self.device)
+            self.value_cache[i] = torch.zeros(kv_shape, dtype=dtype, device=self.device)
+        self.conv_state: dict[int, torch.Tensor] = {}
+        self.recurrent_state: dict[int, torch.Tensor] = {}
+        for i in config.linear_attention_layers:
+            conv_shape = (state_capacity, config.linear_conv_dim, config.linear_conv_kernel_dim - 1)
+            rec_shape = (
+                state_capacity,
+                config.linear_num_value_heads,
+                config.linear_key_head_dim,
+                config.linear_value_head_dim,
+            )
+            self.conv_state[i] = torch.zeros(conv_shape, dtype=dtype, device=self.device)
+            self.recurrent_state[i] = torch.zeros(rec_shape, dtype=torch.float32, device=self.device)
+
+    def _state_tensors(self) -> list[torch.Tensor]:
+        return list(self.conv_state.values()) + list(self.recurrent_state.values())
+
+    def copy_state(self, src: int, dst: int) -> None:
+        """Copy state slot ``src`` to ``dst`` in every linear-attention layer."""
+        for t in self._state_tensors():
+            t[dst].copy_(t[src])
+
+    def reset_state(self, slot: int) -> None:
+        """Zero state slot ``slot`` (convolution window and recurrent state) in every layer."""
+        for t in self._state_tensors():
+            t[slot].zero_()
+
+    def reset_states(self, slots: torch.Tensor) -> None:
+        """Zero several state slots at once; ``slots`` is an int64 tensor on the cache's device."""
+        for t in self._state_tensors():
+            t.index_fill_(0, slots, 0)
+
+    def read_state(self, slot: int) -> dict[str, list[torch.Tensor]]:
+        """Return clones of one state slot: ``{"conv": [...], "recurrent": [...]}``, in layer order."""
+        return {
+            "conv": [self.conv_state[i][slot].clone() for i in sorted(self.conv_state)],
+            "recurrent": [self.recurrent_state[i][slot].clone() for i in sorted(self.recurrent_state)],
+        }
+
+    def read_kv(self, slots: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+        """Return clones of the keys and values at ``slots``: ``{"key": [...], "value": [...]}``."""
+        return {
+            "key": [self.key_cache[i].index_select(0, slots) for i in sorted(self.key_cache)],
+            "value": [self.value_cache[i].index_select(0, slots) for i in sorted(self.value_cache)],
+        }
+
+    def nbytes(self) -> int:
+        """Total bytes held by the cache tensors."""
+        tensors = list(self.key_cache.values()) + list(self.value_cache.values()) + self._state_tensors()
+        return sum(t.numel() * t.element_size() for t in tensors)

@@ -1,0 +1,61 @@
+"""The models the engine runs: Qwen3.5 (hybrid attention) and Qwen2, behind one ``forward(batch, cache)``.
+
+Scope: building a model from its configuration (``build_model``) and re-exporting the configuration
+classes and the batch type. Non-scope: reading checkpoints from disk (the loader).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mini_deepinfer.models.common import CausalLM, ForwardBatch
+from mini_deepinfer.models.config import (
+    SUPPORTED_ARCHITECTURES,
+    ModelConfig,
+    Qwen2Config,
+    Qwen35Config,
+    UnknownArchitectureError,
+    config_from_hf_dict,
+)
+from mini_deepinfer.models.qwen2 import Qwen2ForCausalLM
+from mini_deepinfer.models.qwen3_5 import Qwen35ForCausalLM
+
+__all__ = [
+    "SUPPORTED_ARCHITECTURES",
+    "CausalLM",
+    "ForwardBatch",
+    "ModelConfig",
+    "Qwen2Config",
+    "Qwen2ForCausalLM",
+    "Qwen35Config",
+    "Qwen35ForCausalLM",
+    "UnknownArchitectureError",
+    "build_model",
+    "config_from_hf_dict",
+]
+
+
+def build_model(
+    config: ModelConfig,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    *,
+    seed: int | None = None,
+) -> CausalLM:
+    """Create the model for ``config`` directly on ``device`` in ``dtype``, in eval mode without gradients.
+
+    Args:
+        config: A ``Qwen35Config`` or ``Qwen2Config``.
+        dtype: Parameter dtype (float32 is the reference; bfloat16 and float16 run too).
+        device: Target device.
+        seed: ``None`` leaves the parameters uninitialised, to be filled by ``load_state_dict`` (fast for
+            large models); an integer fills them randomly, like transformers' initialisation, from that seed.
+    """
+    model_class = Qwen35ForCausalLM if isinstance(config, Qwen35Config) else Qwen2ForCausalLM
+    with torch.device("meta"):
+        model = model_class(config)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    model.tie_weights()
+    if seed is not None:
+        model.init_random_weights(seed)
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,295 @@
+"""Load a local Hugging Face checkpoint folder into our model.
+
+Scope: reading ``config.json``; finding the weights (one ``model.safetensors``, shards listed by
+``model.safetensors.index.json``, or several ``*.safetensors`` files without an index); mapping checkpoint
+tensor names to our parameter names (the released Qwen3.5 files keep the text model under
+``model.language_model.`` beside a vision tower ``model.visual.`` and a multi-token-prediction head
+``mtp.``, both ignored); checking that every parameter is present with the shape ``config.json`` implies,
+before any weight is read; and copying tensors one at a time into the model on the target device and dtype.
+Also ``read_generation_config`` for the stop ids.
+
+Non-scope: downloading anything (a folder must already be on disk), quantised or ``.bin`` (pickle)
+weights, the vision tower and the MTP head, and tokenizers (see ``mini_deepinfer.text``).
+
+Every error is a ``CheckpointError`` (a ``ValueError``) with a one-line message that names the folder,
+file or tensor at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import nn
+
+from mini_deepinfer.models import build_model
+from mini_deepinfer.models.common import CausalLM
+from mini_deepinfer.models.config import ModelConfig, UnknownArchitectureError, config_from_hf_dict
+
+CONFIG_FILE = "config.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+SINGLE_WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
+
+TEXT_PREFIX = "model.language_model."
+IGNORED_PREFIXES = ("model.visual.", "mtp.")
+TIED_HEAD = "lm_head.weight"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder cannot be loaded; the message names what is wrong."""
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """The checkpoint folder does not exist or is not a folder."""
+
+
+class MissingConfigError(CheckpointError):
+    """The folder has no ``config.json``."""
+
+
+class InvalidConfigError(CheckpointError):
+    """``config.json`` is not valid JSON or holds values the engine cannot run."""
+
+
+class UnsupportedArchitectureError(CheckpointError):
+    """``config.json`` names an architecture other than Qwen3.5 or Qwen2."""
+
+
+class NoWeightsError(CheckpointError):
+    """The folder has no safetensors files, or the index lists a file that is absent."""
+
+
+class CorruptWeightsError(CheckpointError):
+    """A safetensors file is truncated or not a safetensors file."""
+
+
+class MissingTensorError(CheckpointError):
+    """A parameter of the model is in none of the weight files."""
+
+
+class UnexpectedTensorError(CheckpointError):
+    """A weight file holds a tensor the model has no parameter for."""
+
+
+class ShapeMismatchError(CheckpointError):
+    """A tensor's shape differs from the shape ``config.json`` implies."""
+
+
+@dataclass
+class LoadedModel:
+    """A model with its weights, and where they came from."""
+
+    model: CausalLM
+    config: ModelConfig
+    path: Path
+    dtype: torch.dtype
+    num_parameters: int
+
+
+def checkpoint_folder(path: str | Path) -> Path:
+    """Return ``path`` as a ``Path`` after checking that it is an existing folder."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CheckpointNotFoundError(f"checkpoint folder not found: {folder}")
+    return folder
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """Read a JSON object from ``path``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidConfigError(f"corrupt JSON file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidConfigError(f"corrupt JSON file {path}: expected an object at the top level")
+    return data
+
+
+def read_config_dict(folder: Path) -> dict[str, Any]:
+    """The raw ``config.json`` of a checkpoint folder."""
+    path = folder / CONFIG_FILE
+    if not path.is_file():
+        raise MissingConfigError(f"no {CONFIG_FILE} in checkpoint folder {folder}")
+    return read_json(path)
+
+
+def read_model_config(folder: Path) -> ModelConfig:
+    """Parse ``config.json`` into our configuration class."""
+    raw = read_config_dict(folder)
+    try:
+        return config_from_hf_dict(raw)
+    except UnknownArchitectureError as exc:
+        raise UnsupportedArchitectureError(f"{folder / CONFIG_FILE}: {exc}") from exc
+    except (ValueError, TypeError) as exc:
+        raise InvalidConfigError(f"{folder / CONFIG_FILE}: {exc}") from exc
+
+
+def read_generation_config(path: str | Path) -> dict[str, Any]:
+    """Read ``generation_config.json``, with ``eos_token_id`` always a list of ints.
+
+    The file may store ``eos_token_id`` as an int or a list. When the file is absent, or has no
+    ``eos_token_id``, the ids come from ``config.json`` (its ``text_config`` first); with neither, the list is
+    empty.
+    """
+    folder = checkpoint_folder(path)
+    gen_path = folder / GENERATION_CONFIG_FILE
+    settings = read_json(gen_path) if gen_path.is_file() else {}
+    eos = settings.get("eos_token_id")
+    if eos is None and (folder / CONFIG_FILE).is_file():
+        raw = read_config_dict(folder)
+        eos = (raw.get("text_config") or {}).get("eos_token_id", raw.get("eos_token_id"))
+    ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    if not all(isinstance(i, int) for i in ids):
+        raise InvalidConfigError(f"eos_token_id must be an int or a list of ints in {folder}, got {eos!r}")
+    return {**settings, "eos_token_id": ids}
+
+
+def find_weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a checkpoint.
+
+    Order of preference: the files named by ``model.safetensors.index.json``; ``model.safetensors``;
+    every ``*.safetensors`` in the folder (sharded without an index).
+    """
+    index_path = folder / WEIGHTS_INDEX_FILE
+    if index_path.is_file():
+        weight_map = read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise InvalidConfigError(f"{index_path} has no weight_map")
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        for file in files:
+            if not file.is_file():
+                raise NoWeightsError(f"{index_path.name} lists {file.name}, which is missing from {folder}")
+        return files
+    if (folder / SINGLE_WEIGHTS_FILE).is_file():
+        return [folder / SINGLE_WEIGHTS_FILE]
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise NoWeightsError(f"no *.safetensors weight files in checkpoint folder {folder}")
+    return files
+
+
+def parameter_name(checkpoint_name: str) -> str | None:
+    """Our parameter name for a checkpoint tensor name, or None for a tensor we do not load.
+
+    ``model.language_model.X`` becomes ``model.X``; the vision tower and the MTP head are skipped.
+    """
+    if checkpoint_name.startswith(IGNORED_PREFIXES):
+        return None
+    if checkpoint_name.startswith(TEXT_PREFIX):
+        return "model." + checkpoint_name[len(TEXT_PREFIX) :]
+    return checkpoint_name
+
+
+@dataclass(frozen=True)
+class TensorSource:
+    """Where one of our parameters is stored: the file, the name there, and the stored shape."""
+
+    file: Path
+    name: str
+    shape: tuple[int, ...]
+
+
+def index_tensors(files: Iterable[Path]) -> dict[str, TensorSource]:
+    """Map each of our parameter names to its stored tensor, reading only the safetensors headers."""
+    sources: dict[str, TensorSource] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():
+                    ours = parameter_name(name)
+                    if ours is not None:
+                        shape = tuple(handle.get_slice(name).get_shape())
+                        sources[ours] = TensorSource(file, name, shape)
+        except (SafetensorError, OSError) as exc:
+            raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
+    return sources
+
+
+def expected_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor of ``model``'s state dict, each once: a tied head is listed under the embedding only."""
+    seen: set[int] = set()
+    tensors: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            tensors[name] = tensor
+    return tensors
+
+
+def check_tensors(
+    expected: dict[str, torch.Tensor], sources: dict[str, TensorSource], config: ModelConfig, folder: Path
+) -> None:
+    """Raise unless every expected tensor is stored with the expected shape and nothing else is stored.
+
+    With tied embeddings a stored ``lm_head.weight`` is a copy of the embedding and is not loaded.
+    """
+    for name, tensor in expected.items():
+        source = sources.get(name)
+        if source is None:
+            hint = " (config.json has tie_word_embeddings false)" if name == TIED_HEAD else ""
+            raise MissingTensorError(f"missing tensor {name} in the weight files of {folder}{hint}")
+        if source.shape != tuple(tensor.shape):
+            raise ShapeMismatchError(
+                f"weight shape mismatch: {name} is {list(source.shape)} in the checkpoint, "
+                f"{list(tensor.shape)} from config.json"
+            )
+    extra = sorted(set(sources) - set(expected) - ({TIED_HEAD} if config.tie_word_embeddings else set()))
+    if extra:
+        more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+        raise UnexpectedTensorError(
+            f"unexpected tensor {sources[extra[0]].name}{more} in {sources[extra[0]].file.name}: "
+            f"config.json describes no such parameter"
+        )
+
+
+@torch.no_grad()
+def copy_weights(expected: dict[str, torch.Tensor], sources: dict[str, TensorSource]) -> None:
+    """Copy each stored tensor into its parameter, one file open at a time, one tensor in memory at a time.
+
+    ``safe_open`` maps the file into memory; ``get_tensor`` materialises a single tensor on the CPU, and
+    ``copy_`` converts it to the parameter's dtype and device.
+    """
+    by_file: dict[Path, list[str]] = {}
+    for name in expected:
+        by_file.setdefault(sources[name].file, []).append(name)
+    for file, names in by_file.items():
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in names:
+                    expected[name].copy_(handle.get_tensor(sources[name].name))
+        except (SafetensorError, OSError) as exc:
+            raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
+
+
+def load_checkpoint(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> LoadedModel:
+    """Load a Hugging Face checkpoint folder (Qwen3.5 or Qwen2) into our model.
+
+    Args:
+        path: folder with ``config.json`` and safetensors weights.
+        dtype: parameter dtype of the loaded model (weights are converted).
+        device: where the parameters live.
+
+    Raises:
+        CheckpointError: a subclass naming the folder, file or tensor at fault.
+    """
+    folder = checkpoint_folder(path)
+    config = read_model_config(folder)
+    sources = index_tensors(find_weight_files(folder))
+    # Shapes are checked on a model built on the meta device, which allocates nothing, so a mismatch is
+    # reported before any memory is used. ``build_model`` without a seed then allocates the parameters
+    # on ``device`` without initialising them (no random fill that the checkpoint would overwrite), and
+    # ``copy_weights`` fills every one of them: peak memory is the model plus one tensor being copied.
+    check_tensors(expected_tensors(build_model(config, dtype, "meta")), sources, config, folder)
+    model = build_model(config, dtype, device)
+    expected = expected_tensors(model)
+    copy_weights(expected, sources)
+    count = sum(t.numel() for t in expected.values())
+    return LoadedModel(model=model, config=config, path=folder, dtype=dtype, num_parameters=count)

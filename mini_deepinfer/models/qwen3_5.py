@@ -1,0 +1,359 @@
+"""The Qwen3.5 text model: gated full attention and Gated DeltaNet layers over one flat round.
+
+Scope: the two token mixers and the decoder layer of Qwen3.5 (0.8B, 2B and any shape its config allows),
+in plain PyTorch, with parameter names equal to transformers' ``Qwen3_5ForCausalLM``:
+
+- gated full attention (``self_attn``): ``q_proj`` yields a query and an output gate per head, q/k norms
+  ``x_hat * (1 + w)``, partial rotary embedding, grouped-query attention over KV slots, ``sigmoid(gate)``
+  before ``o_proj``;
+- Gated DeltaNet (``linear_attn``): a causal depthwise convolution whose window lives in the state slot,
+  L2-normalised queries and keys, and the gated delta rule in float32, run token by token for one new
+  token (``recurrent_delta_step``) or in chunks for several (``chunked_delta_rule``); both give the same
+  result.
+
+Non-scope: the vision tower and the multi-token-prediction head of the released checkpoints, left padding
+(the engine never pads), loading weights (the loader), and slot accounting (the engine).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mini_deepinfer.models.common import (
+    CausalLM,
+    ForwardContext,
+    SwiGLUMLP,
+    ZeroCenteredRMSNorm,
+    apply_rotary,
+    paged_attention,
+)
+from mini_deepinfer.models.config import LINEAR_ATTENTION, Qwen35Config
+
+L2NORM_EPS = 1e-6
+
+
+def l2_normalize(x: torch.Tensor) -> torch.Tensor:
+    """``x / sqrt(sum(x^2) + 1e-6)`` over the last dim (the epsilon sits inside the sum, not a mean)."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + L2NORM_EPS)
+
+
+def causal_conv_with_window(
+    x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise causal convolution over time, continuing from a saved window, followed by SiLU.
+
+    Args:
+        x: ``[B, L, C]`` new pre-convolution inputs.
+        window: ``[B, C, K-1]`` the previous ``K-1`` inputs of each sequence (zeros for a fresh one).
+        weight: ``[C, 1, K]`` convolution taps; tap ``K-1`` multiplies the current input.
+
+    Returns:
+        ``(y, new_window)``: ``y`` of shape ``[B, L, C]``, and the last ``K-1`` inputs ``[B, C, K-1]``.
+    """
+    kernel = weight.shape[-1]
+    full = torch.cat([window, x.transpose(1, 2)], dim=-1)
+    y = F.conv1d(full, weight, groups=weight.shape[0])
+    new_window = full[:, :, full.shape[-1] - (kernel - 1) :]
+    return F.silu(y).transpose(1, 2), new_window
+
+
+def recurrent_delta_step(
+    state: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the gated delta rule, for any leading dims ``...`` (e.g. batch, heads).
+
+    With state ``S`` (``dk x dv``): decay ``S *= exp(g)``; predict ``p = k^T S``; correct
+    ``S += k (beta (v - p))^T``; read ``o = q^T S`` from the updated state.
+
+    Args:
+        state: ``[..., dk, dv]`` float32.
+        q: ``[..., dk]`` normalised and scaled query.
+        k: ``[..., dk]`` normalised key.
+        v: ``[..., dv]`` value.
+        g: ``[...]`` log-decay (<= 0).
+        beta: ``[...]`` write strength in (0, 1).
+
+    Returns:
+        ``(o, new_state)`` with ``o`` of shape ``[..., dv]``.
+    """
+    state = state * g.exp()[..., None, None]
+    prediction = (k.unsqueeze(-2) @ state).squeeze(-2)
+    delta = beta[..., None] * (v - prediction)
+    state = state + k.unsqueeze(-1) * delta.unsqueeze(-2)
+    out = (q.unsqueeze(-2) @ state).squeeze(-2)
+    return out, state
+
+
+def recurrent_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule token by token over ``[..., L, d]`` inputs (the chunked form's reference)."""
+    outputs = []
+    for t in range(q.shape[-2]):
+        o, state = recurrent_delta_step(
+            state, q[..., t, :], k[..., t, :], v[..., t, :], g[..., t], beta[..., t]
+        )
+        outputs.append(o)
+    return torch.stack(outputs, dim=-2), state
+
+
+def chunked_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule over ``L`` tokens in chunks: matrix products inside a chunk, a scan across chunks.
+
+    Inside a chunk with cumulative log-decay ``G``, the ``C`` sequential corrections are solved at once from
+    the unit lower-triangular system ``(I + strict_lower(diag(beta) K K^T * D)) U = diag(beta) V`` where
+    ``D[i, j] = exp(G_i - G_j)`` for ``i >= j``; the state then advances once per chunk.
+
+    Args:
+        q: ``[..., L, dk]`` normalised, scaled queries (float32).
+        k: ``[..., L, dk]`` normalised keys.
+        v: ``[..., L, dv]`` values.
+        g: ``[..., L]`` log-decays.
+        beta: ``[..., L]`` write strengths.
+        state: ``[..., dk, dv]`` initial state.
+        chunk_size: Tokens per chunk (fewer when ``L`` is shorter).
+
+    Returns:
+        ``(o, final_state)`` with ``o`` of shape ``[..., L, dv]``.
+    """
+    length = q.shape[-2]
+    size = min(chunk_size, length)
+    pad = (-length) % size
+    if pad:
+        q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
+        g, beta = (F.pad(t, (0, pad)) for t in (g, beta))
+    n = (length + pad) // size
+    q, k, v = (t.reshape(*t.shape[:-2], n, size, t.shape[-1]) for t in (q, k, v))
+    cum_g = g.reshape(*g.shape[:-1], n, size).cumsum(-1)
+    beta = beta.reshape(*beta.shape[:-1], n, size)[..., None]
+
+    causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
+    decay = (cum_g[..., :, None] - cum_g[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    k_beta = k * beta
+    system = (k_beta @ k.transpose(-1, -2)) * decay
+    u = _solve_unit_lower(system, v * beta)
+    w = _solve_unit_lower(system, k_beta * cum_g.exp()[..., None])
+    intra = (q @ k.transpose(-1, -2)) * decay
+    q_decayed = q * cum_g.exp()[..., None]
+    k_decayed = k * (cum_g[..., -1:] - cum_g).exp()[..., None]
+    chunk_decay = cum_g[..., -1].exp()[..., None, None]
+
+    outputs = []
+    for i in range(n):
+        v_new = u[..., i, :, :] - w[..., i, :, :] @ state
+        outputs.append(q_decayed[..., i, :, :] @ state + intra[..., i, :, :] @ v_new)
+        state = state * chunk_decay[..., i, :, :] + k_decayed[..., i, :, :].transpose(-1, -2) @ v_new
+    out = torch.cat(outputs, dim=-2)[..., :length, :]
+    return out, state
+
+
+def _solve_unit_lower(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """Solve ``(I + strict_lower(system)) x = rhs``; the diagonal and upper triangle are not read."""
+    return torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+
+
+class GatedRMSNorm(nn.Module):
+    """Per-head RMSNorm with a plain weight ``w`` (not ``1 + w``), gated by ``silu(z)``.
+
+    Cast order: normalise in float32, cast to the input dtype, scale by ``w``, multiply by ``silu(z)`` in
+    float32, cast back.
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        return ((self.weight * normed) * F.silu(z.float())).to(x.dtype)
+
+    def init_random(self, generator: torch.Generator, std: float) -> None:
+        nn.init.ones_(self.weight)
+
+
+class GatedDeltaNet(nn.Module):
+    """The linear-attention token mixer (``linear_attn``); its per-sequence state lives in a state slot."""
+
+    def __init__(self, config: Qwen35Config, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_k_heads, self.num_v_heads = config.linear_num_key_heads, config.linear_num_value_heads
+        self.k_head_dim, self.v_head_dim = config.linear_key_head_dim, config.linear_value_head_dim
+        self.key_dim, self.value_dim = config.linear_key_dim, config.linear_value_dim
+        conv_dim, hidden = config.linear_conv_dim, config.hidden_size
+        self.in_proj_qkv = nn.Linear(hidden, conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False)
+        kernel = config.linear_conv_kernel_dim
+        self.conv1d = nn.Conv1d(conv_dim, conv_dim, kernel, groups=conv_dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.norm = GatedRMSNorm(self.v_head_dim, eps=config.rms_norm_eps)
+        self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
+
+    def init_random(self, generator: torch.Generator, std: float) -> None:
+        nn.init.ones_(self.dt_bias)
+        a = torch.empty(self.num_v_heads, device=self.A_log.device).uniform_(0.01, 16, generator=generator)
+        self.A_log.copy_(a.log())
+
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""
+        tokens = x.shape[0]
+        mixed = self.convolve(self.in_proj_qkv(x), ctx)
+        q, k, v = self.split_heads(mixed)
+        beta = torch.sigmoid(self.in_proj_b(x)).float()
+        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias)
+        core = self.delta_rule(q, k, v, g, beta, ctx).to(x.dtype)
+        z = self.in_proj_z(x).view(tokens, self.num_v_heads, self.v_head_dim)
+        return self.out_proj(self.norm(core, z).reshape(tokens, self.value_dim))
+
+    def convolve(self, mixed: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """Causal convolution of each sequence's ``[q | k | v]`` inputs, continuing its saved window."""
+        windows = ctx.cache.conv_state[self.layer_idx]
+        layout, batch = ctx.layout, ctx.batch
+        out = mixed if layout.all_decode else torch.empty_like(mixed)
+        if layout.decode_seqs:
+            slots = layout.decode_state_slots
+            y, new = causal_conv_with_window(
+                layout.decode_part(mixed)[:, None, :], windows.index_select(0, slots), self.conv1d.weight
+            )
+            windows.index_copy_(0, slots, new)
+            if layout.all_decode:
+                return y[:, 0, :]
+            out.index_copy_(0, layout.decode_rows, y[:, 0, :])
+        for b in layout.prefill_seqs:
+            start, n = layout.starts[b], batch.query_lens[b]
+            slot = batch.state_slots[b : b + 1]
+            y, new = causal_conv_with_window(
+                mixed[None, start : start + n], windows.index_select(0, slot), self.conv1d.weight
+            )
+            windows.index_copy_(0, slot, new)
+            out[start : start + n] = y[0]
+        return out
+
+    def split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Split ``[q | k | v]`` into float32 heads; normalise q and k, scale q, repeat key heads if fewer."""
+        tokens = mixed.shape[0]
+        q, k, v = torch.split(mixed.float(), [self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = l2_normalize(q.view(tokens, self.num_k_heads, self.k_head_dim)) * self.k_head_dim**-0.5
+        k = l2_normalize(k.view(tokens, self.num_k_heads, self.k_head_dim))
+        repeat = self.num_v_heads // self.num_k_heads
+        if repeat > 1:
+            q, k = q.repeat_interleave(repeat, dim=1), k.repeat_interleave(repeat, dim=1)
+        return q, k, v.view(tokens, self.num_v_heads, self.v_head_dim)
+
+    def delta_rule(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        ctx: ForwardContext,
+    ) -> torch.Tensor:
+        """Run each sequence's tokens from its recurrent state; return ``[T, Hv, dv]`` float32 outputs.
+
+        The decode group takes one batched recurrent step; longer runs use the chunked form per sequence.
+        """
+        states = ctx.cache.recurrent_state[self.layer_idx]
+        layout, batch = ctx.layout, ctx.batch
+        out = torch.empty_like(v)
+        if layout.decode_seqs:
+            slots = layout.decode_state_slots
+            inputs = [layout.decode_part(t) for t in (q, k, v, g, beta)]
+            o, new = recurrent_delta_step(states.index_select(0, slots), *inputs)
+            states.index_copy_(0, slots, new)
+            if layout.all_decode:
+                return o
+            out.index_copy_(0, layout.decode_rows, o)
+        for b in layout.prefill_seqs:
+            rows = slice(layout.starts[b], layout.starts[b] + batch.query_lens[b])
+            slot = batch.state_slots[b : b + 1]
+            heads_first = [t[rows].transpose(0, 1)[None] for t in (q, k, v, g, beta)]
+            o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))
+            states.index_copy_(0, slot, new)
+            out[rows] = o[0].transpose(0, 1)
+        return out
+
+
+class GatedAttention(nn.Module):
+    """Full softmax attention with q/k norms, partial rotary embedding and a sigmoid output gate."""
+
+    def __init__(self, config: Qwen35Config, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.head_dim
+        q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.hidden_size, 2 * q_out, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, kv_out, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, kv_out, bias=bias)
+        self.o_proj = nn.Linear(q_out, config.hidden_size, bias=bias)
+        self.q_norm = ZeroCenteredRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+        self.k_norm = ZeroCenteredRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""
+        tokens = x.shape[0]
+        # Per head the projection holds [query (D) | gate (D)], heads side by side.
+        q, gate = self.q_proj(x).view(tokens, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
+        q = apply_rotary(self.q_norm(q), ctx.cos, ctx.sin)
+        k = self.k_norm(self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim))
+        k = apply_rotary(k, ctx.cos, ctx.sin)
+        v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
+        keys, values = ctx.cache.key_cache[self.layer_idx], ctx.cache.value_cache[self.layer_idx]
+        o = paged_attention(q, k, v, keys, values, ctx, self.head_dim**-0.5)
+        o = o.reshape(tokens, -1) * torch.sigmoid(gate.reshape(tokens, -1))
+        return self.o_proj(o)
+
+
+class Qwen35DecoderLayer(nn.Module):
+    """Pre-norm residual layer: one token mixer (``linear_attn`` or ``self_attn``), then the MLP."""
+
+    def __init__(self, config: Qwen35Config, layer_idx: int) -> None:
+        super().__init__()
+        self.is_linear = config.layer_types[layer_idx] == LINEAR_ATTENTION
+        if self.is_linear:
+            self.linear_attn = GatedDeltaNet(config, layer_idx)
+        else:
+            self.self_attn = GatedAttention(config, layer_idx)
+        self.mlp = SwiGLUMLP(config.hidden_size, config.intermediate_size)
+        self.input_layernorm = ZeroCenteredRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = ZeroCenteredRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        mixer = self.linear_attn if self.is_linear else self.self_attn
+        hidden = hidden + mixer(self.input_layernorm(hidden), ctx)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class Qwen35ForCausalLM(CausalLM):
+    """The Qwen3.5 text model with its head; state-dict names match transformers' ``Qwen3_5ForCausalLM``."""
+
+    def __init__(self, config: Qwen35Config) -> None:
+        layers = [Qwen35DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
+        super().__init__(config, layers, ZeroCenteredRMSNorm(config.hidden_size, eps=config.rms_norm_eps))

@@ -1,0 +1,307 @@
+"""Run records: the JSON file ``--output FILE`` writes, so a run can be checked and shown later.
+
+Scope: the record's shape (:class:`RunRecord`, :data:`RECORD_KEYS`), its provenance (source SHA, package
+version, start time), checking the output path before a run starts, and writing the file atomically.
+
+Non-scope: measuring anything (the runner, the engine and the entry modules fill the record), describing
+the device (``device.device_info``), rendering records on the site (``site_scripts/``). This module imports
+only the standard library, so the torch-free toy engine can write records too.
+
+A record is a plain dict with these top-level keys, in this order::
+
+    schema, version, command, started_at, source_sha, device, model, [draft_model,] config,
+    requests, cache, checks, timings
+
+``draft_model`` appears only in two-model (speculative) runs, like ``committed_groups`` in a request.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "RECORD_KEYS",
+    "SCHEMA_VERSION",
+    "RecordError",
+    "RunRecord",
+    "cache_info",
+    "check_output_path",
+    "model_info",
+    "package_version",
+    "source_sha",
+    "utc_now_iso",
+    "write_record",
+]
+
+SCHEMA_VERSION = 1
+"""Bumped whenever a key is renamed, removed or changes meaning (adding a key does not bump it)."""
+
+RECORD_KEYS: tuple[str, ...] = (
+    "schema", "version", "command", "started_at", "source_sha", "device", "model", "config",
+    "requests", "cache", "checks", "timings",
+)
+"""Top-level keys every record has (``draft_model`` is added in two-model runs)."""
+
+DISTRIBUTION_NAME = "mini-deepinfer"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class RecordError(ValueError):
+    """The run record cannot be written; the message is one line."""
+
+
+def utc_now_iso() -> str:
+    """The current UTC time, e.g. ``2025-05-01T08:30:00+00:00`` (readable by ``datetime.fromisoformat``)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _git(repo_dir: Path, *args: str) -> str | None:
+    """Run ``git -C repo_dir args``; stdout, or None if git is missing, fails or this is no checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(repo_dir), *args], capture_output=True, text=True, timeout=10, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout if result.returncode == 0 else None
+
+
+def source_sha(repo_dir: str | os.PathLike[str], paths: Sequence[str] = ()) -> dict[str, Any]:
+    """The commit the code runs from, and whether tracked files differ from it.
+
+    Args:
+        repo_dir: any folder inside the checkout.
+        paths: limit the dirty check to these pathspecs (relative to ``repo_dir``); empty means the
+            whole checkout. Untracked files never count (as in ``git describe --dirty``).
+
+    Returns:
+        ``{"sha": str | None, "dirty": bool | None}``: both None outside a git checkout or without git;
+        ``sha`` None in a checkout with no commit yet.
+    """
+    folder = Path(repo_dir)
+    status = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", *paths)
+    if status is None:
+        return {"sha": None, "dirty": None}
+    head = _git(folder, "rev-parse", "--verify", "--quiet", "HEAD")
+    return {"sha": head.strip() if head else None, "dirty": bool(status.strip())}
+
+
+def _pyproject_version(pyproject: Path) -> str | None:
+    """``[project] version`` from a pyproject.toml, or None if absent or unreadable."""
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: read the one key by pattern
+        section = re.search(r"^\[project\]\s*$(.*?)(?=^\[|\Z)", text, re.MULTILINE | re.DOTALL)
+        found = section and re.search(r"^version\s*=\s*[\"']([^\"']+)[\"']", section.group(1), re.MULTILINE)
+        return found.group(1) if found else None
+    try:
+        version = tomllib.loads(text).get("project", {}).get("version")
+    except tomllib.TOMLDecodeError:
+        return None
+    return version if isinstance(version, str) else None
+
+
+def package_version() -> str | None:
+    """The installed version of ``mini-deepinfer``, else the one in ``pyproject.toml`` beside the package."""
+    try:
+        return metadata.version(DISTRIBUTION_NAME)
+    except metadata.PackageNotFoundError:
+        return _pyproject_version(PACKAGE_DIR.parent / "pyproject.toml")
+
+
+def check_output_path(path: str | os.PathLike[str]) -> Path:
+    """Check, before a run starts, that a record can be written to ``path``.
+
+    Raises:
+        RecordError: the path is a folder, or its folder is missing, not a folder or not writable.
+    """
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise RecordError(f"cannot write run record: '{target}' is a folder")
+    if not folder.exists():
+        raise RecordError(f"cannot write run record: folder '{folder}' does not exist")
+    if not folder.is_dir():
+        raise RecordError(f"cannot write run record: '{folder}' is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise RecordError(f"cannot write run record: folder '{folder}' is not writable")
+    return target
+
+
+def _json_default(value: Any) -> Any:
+    """Encode the few non-JSON values records meet: paths and enums."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _encode(record: dict[str, Any]) -> str:
+    """The record as indented UTF-8 JSON text; RecordError for values JSON cannot hold (incl. NaN)."""
+    try:
+        return json.dumps(record, ensure_ascii=False, indent=2, allow_nan=False, default=_json_default) + "\n"
+    except (TypeError, ValueError) as exc:
+        raise RecordError(f"cannot write run record: {exc}") from None
+
+
+def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
+    """Write ``record`` as JSON, atomically: the file is either the old one or the complete new one.
+
+    The text is encoded first, written to a temporary file in the same folder, flushed to disk and
+    renamed over ``path``; on any error the temporary file is removed.
+
+    Raises:
+        RecordError: the record holds a value JSON cannot encode, or the path is unusable.
+        OSError: the disk write itself failed.
+    """
+    target = check_output_path(path)
+    text = _encode(record)
+    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+
+
+def model_info(
+    path: str | os.PathLike[str] | None, architecture: str, parameter_count: int, dtype: str
+) -> dict[str, Any]:
+    """The ``model`` entry: where the weights came from, what they are, how many, in which dtype."""
+    return {
+        "path": None if path is None else os.fspath(path),
+        "architecture": architecture,
+        "parameter_count": parameter_count,
+        "dtype": dtype,
+    }
+
+
+def cache_info(kv_capacity: int, kv_free: int, state_capacity: int, state_free: int) -> dict[str, Any]:
+    """One model's ``cache`` entry: slot capacity and free slots at the end of the run."""
+    return {
+        "kv": {"capacity": kv_capacity, "free": kv_free},
+        "state": {"capacity": state_capacity, "free": state_free},
+    }
+
+
+def _default_timings() -> dict[str, Any]:
+    return {"load_s": None, "run_s": None, "first_token_s": []}
+
+
+@dataclass
+class RunRecord:
+    """Collects one run's record; :meth:`to_dict` gives the plain dict :func:`write_record` stores.
+
+    Build it with :meth:`start` (which fills the provenance), then fill ``config``, ``device``, ``model``,
+    add requests, caches and checks as the run goes, and set ``timings["load_s"]`` / ``["run_s"]``.
+    """
+
+    command: list[str]
+    config: dict[str, Any] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    draft_model: dict[str, Any] | None = None
+    source_sha: dict[str, Any] = field(default_factory=lambda: {"sha": None, "dirty": None})
+    version: str | None = None
+    started_at: str = ""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=_default_timings)
+    schema: int = SCHEMA_VERSION
+
+    @classmethod
+    def start(cls, command: Sequence[str], config: dict[str, Any] | None = None) -> RunRecord:
+        """A record stamped now, with the engine's commit (dirty: the package differs from it) + version."""
+        return cls(
+            command=list(command),
+            config=dict(config or {}),
+            source_sha=source_sha(PACKAGE_DIR, paths=(".",)),
+            version=package_version(),
+            started_at=utc_now_iso(),
+        )
+
+    def add_request(
+        self,
+        *,
+        prompt: str | None,
+        prompt_token_ids: Sequence[int],
+        output_token_ids: Sequence[int],
+        text: str | None,
+        finish_reason: str | enum.Enum | None,
+        first_token_s: float | None = None,
+        committed_groups: Sequence[Sequence[int]] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """Append one finished request (in submission order) and its time to first token.
+
+        ``committed_groups`` (two-model runs) and ``seed`` (the generator's ``initial_seed()`` of a sampled
+        request, so an unseeded run can be replayed) are stored only when given.
+        """
+        entry: dict[str, Any] = {
+            "prompt": prompt,
+            "prompt_token_ids": list(prompt_token_ids),
+            "output_token_ids": list(output_token_ids),
+            "text": text,
+            "finish_reason": finish_reason.value if isinstance(finish_reason, enum.Enum) else finish_reason,
+        }
+        if committed_groups is not None:
+            entry["committed_groups"] = [list(group) for group in committed_groups]
+        if seed is not None:
+            entry["seed"] = seed
+        self.requests.append(entry)
+        self.timings["first_token_s"].append(first_token_s)
+
+    def set_cache(
+        self, model: str, kv_capacity: int, kv_free: int, state_capacity: int, state_free: int
+    ) -> None:
+        """Record one model's slots at the end of the run (``model`` is e.g. ``"target"`` or ``"draft"``)."""
+        self.cache[model] = cache_info(kv_capacity, kv_free, state_capacity, state_free)
+
+    def add_check(self, name: str, result: dict[str, Any]) -> None:
+        """Record what a check compared and its outcome (``add_check("check_greedy", {"passed": True})``)."""
+        self.checks[name] = dict(result)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A deep copy as a plain dict, keys in the documented order."""
+        record: dict[str, Any] = {
+            "schema": self.schema,
+            "version": self.version,
+            "command": self.command,
+            "started_at": self.started_at,
+            "source_sha": self.source_sha,
+            "device": self.device,
+            "model": self.model,
+        }
+        if self.draft_model is not None:
+            record["draft_model"] = self.draft_model
+        record.update(
+            config=self.config, requests=self.requests, cache=self.cache, checks=self.checks,
+            timings=self.timings,
+        )
+        return copy.deepcopy(record)
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_dict` to ``path`` with :func:`write_record`."""
+        write_record(path, self.to_dict())

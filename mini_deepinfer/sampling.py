@@ -1,0 +1,288 @@
+"""Choosing the next token from logits: greedy, temperature, top-k, top-p, per-request seeds.
+
+Scope: one round of sampling for the rows the runner hands over (one row per token to choose), the exact
+filtered distribution those draws come from (for speculative verification), a per-request random generator,
+and drawing one token from an explicit probability vector.
+
+Non-scope: logits computation (the model), stop decisions (``commit.py``), acceptance tests of
+speculative decoding (``speculative.py``), and validation of user input (``SamplingParams`` in ``request.py``
+rejects bad values; this module only re-checks what would otherwise fail silently).
+
+Three invariants shape the code:
+
+* **Batch invariance.** A row's token depends only on that row's logits, its parameters and its own
+  generator. Greedy rows use one vectorised ``argmax`` (exact, first index wins ties); every sampled row is
+  filtered and drawn on its own, so no reduction ever mixes rows.
+* **Reproducibility.** Each sampled token consumes exactly one uniform number from its request's generator,
+  drawn by inverting the cumulative distribution. Greedy rows consume none. So a seed fixes the tokens,
+  whatever the batch around the request.
+* **One distribution.** :func:`sample` and :func:`probabilities` share :func:`_distribution`, so the
+  distribution verification reasons about is the one sampling draws from (same kept tokens; values equal up
+  to the float32 rounding of the working dtype).
+
+Filtering order: temperature, then top-k, then top-p over the renormalised top-k set (the order of
+Hugging Face transformers and vLLM, which Qwen's ``generation_config.json`` values assume). DeepInfer's
+reference sampler cuts top-p over the whole distribution before top-k, which can keep more tokens.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+__all__ = [
+    "SamplingLike",
+    "check_params",
+    "draw",
+    "is_greedy",
+    "make_generator",
+    "probabilities",
+    "sample",
+]
+
+
+class SamplingLike(Protocol):
+    """The four fields of ``SamplingParams`` that sampling reads."""
+
+    @property
+    def temperature(self) -> float: ...  # 0.0 = greedy
+
+    @property
+    def top_k(self) -> int: ...  # 0 = off
+
+    @property
+    def top_p(self) -> float: ...  # 1.0 = off
+
+    @property
+    def seed(self) -> int | None: ...
+
+
+def is_greedy(params: SamplingLike) -> bool:
+    """True when the row takes the argmax (temperature 0)."""
+    return params.temperature == 0.0
+
+
+def check_params(params: SamplingLike) -> None:
+    """Raise ``ValueError`` for parameters that would make a distribution meaningless.
+
+    Args:
+        params: the sampling parameters of one request.
+
+    Raises:
+        ValueError: temperature < 0 (or NaN), top_k < 0, or top_p outside (0, 1].
+    """
+    if not params.temperature >= 0.0:
+        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+    if params.top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {params.top_k}")
+    if not 0.0 < params.top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """Create the random generator a request keeps for its whole life.
+
+    A request without a seed still gets its own generator, seeded from a fresh random number, so every run
+    can be replayed: read the seed back with ``generator.initial_seed()`` and record it.
+
+    The engine keeps generators on the CPU (the default): the uniform numbers then come from the same stream
+    on every device, and :func:`draw` (which runs on the CPU) can use the same generator. A generator on an
+    accelerator also works with :func:`sample`; its stream differs from the CPU stream for the same seed.
+
+    Args:
+        seed: the request's seed, or None for a fresh one.
+        device: where the generator lives.
+
+    Returns:
+        A generator seeded with ``seed`` (or the fresh seed).
+    """
+    generator = torch.Generator(device=device)
+    generator.manual_seed(secrets.randbits(63) if seed is None else seed)
+    return generator
+
+
+def _working_dtype(logits: torch.Tensor) -> torch.dtype:
+    """float64 logits stay float64; anything narrower is lifted to float32."""
+    return torch.float64 if logits.dtype == torch.float64 else torch.float32
+
+
+def _candidates(scaled: torch.Tensor, params: SamplingLike) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens that can survive the cuts, as ``(scaled logits, token ids)``.
+
+    Without a cut every token is a candidate, in vocabulary order (no sort needed). With a cut the
+    candidates are sorted by descending logit, ties broken by lower token id, and top-k keeps the first k.
+    """
+    vocab = scaled.numel()
+    top_k = params.top_k if 0 < params.top_k < vocab else 0
+    ids = torch.arange(vocab, device=scaled.device)
+    if top_k == 0 and params.top_p >= 1.0:
+        return scaled, ids
+    if top_k:
+        # A full sort of a 250k vocabulary costs tens of ms on a CPU; sort only the tokens that reach the
+        # k-th largest logit. All tokens tied with it stay, so the stable sort decides ties. (On an
+        # accelerator, nonzero() makes the host wait for the logits.)
+        kth_largest = torch.topk(scaled, top_k, sorted=False).values.min()
+        ids = torch.nonzero(scaled >= kth_largest).squeeze(1)
+    values, order = torch.sort(scaled[ids], descending=True, stable=True)
+    keep = top_k or vocab
+    return values[:keep], ids[order][:keep]
+
+
+def _distribution(row: torch.Tensor, params: SamplingLike) -> tuple[torch.Tensor, torch.Tensor]:
+    """Filter one row of logits: temperature, top-k, then top-p over the renormalised top-k set.
+
+    Args:
+        row: logits ``[V]`` of one token position.
+        params: non-greedy sampling parameters.
+
+    Returns:
+        ``(probs, ids)``: ``probs[j]`` is the probability of token ``ids[j]``; tokens cut by top-p have
+        probability 0 and tokens cut by top-k are absent; the rest sum to 1.
+    """
+    work = row.to(_working_dtype(row))
+    # Subtract the maximum before dividing so a tiny temperature cannot overflow to inf.
+    scaled = (work - work.max()) / params.temperature
+    values, ids = _candidates(scaled, params)
+    probs = torch.softmax(values, dim=0)
+    if params.top_p < 1.0:
+        # Candidates are sorted here. Keep token j while the mass strictly before it is below top_p: the
+        # smallest prefix that reaches top_p, never empty (the mass before the first token is 0).
+        mass_before = torch.cumsum(probs, dim=0) - probs
+        probs = torch.where(mass_before < params.top_p, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum()
+    return probs, ids
+
+
+def _uniform(generator: torch.Generator, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """One uniform number in [0, 1) from ``generator``, as a ``[1]`` tensor on ``device``."""
+    u = torch.rand(1, generator=generator, device=generator.device, dtype=torch.float64)
+    return u.to(device=device, dtype=dtype)
+
+
+def _invert_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Index ``i`` with ``cdf[i-1] <= u * total < cdf[i]``: a zero-probability entry is never chosen.
+
+    Args:
+        probs: non-negative weights ``[N]`` (need not sum exactly to 1).
+        u: a ``[1]`` uniform number in [0, 1).
+
+    Returns:
+        A ``[1]`` int64 index on ``probs.device`` (no host synchronisation).
+    """
+    cdf = torch.cumsum(probs, dim=0)
+    index = torch.searchsorted(cdf, u * cdf[-1], right=True)
+    # Rounding can push u * total up to total itself; fall back to the last token that has mass.
+    positions = torch.arange(probs.numel(), device=probs.device)
+    last_positive = torch.where(probs > 0, positions, torch.zeros_like(positions)).max()
+    return torch.minimum(index, last_positive)
+
+
+def _sample_row(row: torch.Tensor, params: SamplingLike, generator: torch.Generator) -> torch.Tensor:
+    """Draw one token for one row; returns a ``[1]`` int64 tensor on the row's device."""
+    probs, ids = _distribution(row, params)
+    position = _invert_cdf(probs, _uniform(generator, row.device, probs.dtype))
+    return ids[position]
+
+
+def sample(
+    logits: torch.Tensor,
+    params: Sequence[SamplingLike],
+    generators: Sequence[torch.Generator | None],
+) -> torch.Tensor:
+    """Choose one token per row.
+
+    Args:
+        logits: ``[S, V]``, one row per token to choose, on any device and dtype.
+        params: the sampling parameters of each row (rows of one request share them).
+        generators: each row's generator; may be None only for greedy rows. A generator shared by several
+            rows is consumed in row order.
+
+    Returns:
+        ``[S]`` int64 token ids on ``logits.device``.
+
+    Raises:
+        ValueError: mismatched lengths, invalid parameters, or a sampled row without a generator.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [S, V], got shape {tuple(logits.shape)}")
+    if not len(params) == len(generators) == logits.shape[0]:
+        raise ValueError(
+            f"{logits.shape[0]} logit rows but {len(params)} params and {len(generators)} generators"
+        )
+    tokens = torch.argmax(logits, dim=-1)
+    for i, (row_params, generator) in enumerate(zip(params, generators)):
+        check_params(row_params)
+        if is_greedy(row_params):
+            continue
+        if generator is None:
+            raise ValueError(f"row {i} samples (temperature {row_params.temperature}) but has no generator")
+        tokens[i : i + 1] = _sample_row(logits[i], row_params, generator)
+    return tokens
+
+
+def _row_probabilities(row: torch.Tensor, params: SamplingLike) -> torch.Tensor:
+    """The filtered distribution of one row in vocabulary order, float64 on the CPU, summing to 1."""
+    check_params(params)
+    if is_greedy(params):
+        one_hot = torch.zeros(row.numel(), dtype=torch.float64)
+        one_hot[int(torch.argmax(row))] = 1.0
+        return one_hot
+    kept_probs, ids = _distribution(row, params)
+    probs = torch.zeros(row.numel(), dtype=torch.float64)
+    probs[ids.cpu()] = kept_probs.cpu().to(torch.float64)
+    return probs / probs.sum()
+
+
+def probabilities(
+    logits: torch.Tensor, params: SamplingLike | Sequence[SamplingLike]
+) -> torch.Tensor:
+    """The distribution :func:`sample` draws from, as float64 on the CPU.
+
+    Greedy rows give a one-hot vector on the argmax. The kept tokens are exactly those :func:`sample` can
+    return; the values are the working-dtype probabilities, widened to float64 and renormalised.
+
+    Args:
+        logits: ``[V]`` or ``[S, V]``.
+        params: one parameter set for all rows, or one per row.
+
+    Returns:
+        float64 CPU tensor with the shape of ``logits``; each row sums to 1.
+    """
+    if logits.dim() == 1:
+        if isinstance(params, Sequence):
+            raise ValueError("logits [V] take one SamplingParams, not a sequence")
+        return _row_probabilities(logits, params)
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be [V] or [S, V], got shape {tuple(logits.shape)}")
+    row_params = list(params) if isinstance(params, Sequence) else [params] * logits.shape[0]
+    if len(row_params) != logits.shape[0]:
+        raise ValueError(f"{logits.shape[0]} logit rows but {len(row_params)} params")
+    return torch.stack([_row_probabilities(row, p) for row, p in zip(logits, row_params)])
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """Draw one index from an explicit probability vector, consuming one uniform number.
+
+    Speculative verification uses it for the residual distribution ``max(0, p - q)`` after a rejection.
+
+    Args:
+        probs: ``[V]`` non-negative weights (float64 recommended); they are normalised here.
+        generator: the request's generator.
+
+    Returns:
+        The chosen index; an entry with zero probability is never chosen.
+
+    Raises:
+        ValueError: not 1-D, negative or non-finite entries, or no mass at all.
+    """
+    if probs.dim() != 1:
+        raise ValueError(f"probs must be [V], got shape {tuple(probs.shape)}")
+    weights = probs.detach().to(device="cpu", dtype=torch.float64)
+    if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+        raise ValueError("probs must be finite and non-negative")
+    if not float(weights.sum()) > 0.0:
+        raise ValueError("probs has no mass to draw from")
+    return int(_invert_cdf(weights, _uniform(generator, weights.device, torch.float64)))

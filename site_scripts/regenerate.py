@@ -1,0 +1,192 @@
+"""Regenerate snippets/, the generated text that the site's pages embed.
+
+Scope: finding the generator modules, writing their outputs under ``snippets/``, and checking that the files
+there are current (``--check``, which a test runs). Non-scope: what any snippet says (each generator owns its
+outputs) and deleting files: a snippet that no generator writes any more is removed by hand.
+
+The convention for generators:
+
+* A generator is a module ``site_scripts/gen_<name>.py``.
+* It exposes ``OUTPUTS: dict[str, Callable[[], str]]``, mapping a path relative to ``snippets/``
+  (for example ``"toy/demo.txt"``) to a function that returns the file's full text.
+* Most snippets are the terminal output of a demo command; :func:`run_module` runs one the way the doc tests
+  do (same environment), so a page's command and its included output agree.
+* Each path belongs to exactly one generator.
+
+Usage::
+
+    python -m site_scripts.regenerate              # write every output that changed
+    python -m site_scripts.regenerate --check      # write nothing; exit 1 listing stale or missing files
+    python -m site_scripts.regenerate --only toy   # only site_scripts/gen_toy.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+
+ROOT = Path(__file__).resolve().parent.parent
+SNIPPETS = ROOT / "snippets"
+PACKAGE = "site_scripts"
+DIFF_LINES = 30
+COMMAND_TIMEOUT_S = 1800
+
+Generator = Callable[[], str]
+
+
+class GeneratorError(RuntimeError):
+    """A generator module is malformed, or a command it ran failed."""
+
+
+def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for demo commands, shared by the generators and the doc tests.
+
+    The interpreter's own ``bin/`` comes first on PATH (so ``python`` in a shell block is this virtual
+    environment's), and hashing, terminal width and output encoding are fixed so that output is reproducible.
+    """
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update({"PYTHONHASHSEED": "0", "COLUMNS": "80", "PYTHONIOENCODING": "utf-8"})
+    env.update(extra or {})
+    return env
+
+
+def run_module(*args: str, env: Mapping[str, str] | None = None) -> str:
+    """Run ``python -m <args>`` from the repository root and return its stdout.
+
+    Args:
+        *args: the module name and its arguments, e.g. ``run_module("mini_deepinfer")``.
+        env: extra environment variables, on top of :func:`command_env`.
+
+    Raises:
+        GeneratorError: the command exited non-zero (the message carries its stderr).
+    """
+    cmd = [sys.executable, "-m", *args]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=command_env(env), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
+    if proc.returncode != 0:
+        shown = " ".join(["python", "-m", *args])
+        raise GeneratorError(f"`{shown}` exited {proc.returncode}:\n{proc.stderr}")
+    return proc.stdout
+
+
+def generator_names(only: str | None = None) -> list[str]:
+    """Module names (``gen_*``) of the generators, sorted; ``only`` picks one by ``toy`` or ``gen_toy``."""
+    names = sorted(path.stem for path in (ROOT / PACKAGE).glob("gen_*.py"))
+    if only is None:
+        return names
+    wanted = only if only.startswith("gen_") else f"gen_{only}"
+    if wanted not in names:
+        raise GeneratorError(f"no generator {wanted!r}; known: {', '.join(names) or 'none'}")
+    return [wanted]
+
+
+def _check_relative(path: str, module: str) -> None:
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or ".." in pure.parts or not pure.parts or "\\" in path:
+        raise GeneratorError(f"{module}: output path {path!r} must be relative to snippets/, without '..'")
+
+
+def collect_outputs(names: Sequence[str]) -> dict[str, tuple[str, Generator]]:
+    """Map each output path to (module name, function), checking the OUTPUTS convention."""
+    found: dict[str, tuple[str, Generator]] = {}
+    for name in names:
+        module = importlib.import_module(f"{PACKAGE}.{name}")
+        outputs = getattr(module, "OUTPUTS", None)
+        if not isinstance(outputs, Mapping):
+            raise GeneratorError(f"{name}: OUTPUTS must be a dict of path -> function")
+        for path, function in outputs.items():
+            _check_relative(path, name)
+            if path in found:
+                raise GeneratorError(f"{path}: written by both {found[path][0]} and {name}")
+            found[path] = (name, function)
+    return found
+
+
+def render(outputs: Mapping[str, tuple[str, Generator]]) -> dict[str, str]:
+    """Call every generator function; returns path -> text."""
+    texts: dict[str, str] = {}
+    for path, (name, function) in outputs.items():
+        text = function()
+        if not isinstance(text, str):
+            raise GeneratorError(f"{name}: {path} returned {type(text).__name__}, not str")
+        texts[path] = text
+    return texts
+
+
+def stale(texts: Mapping[str, str]) -> dict[str, str]:
+    """Path -> short unified diff for every output whose file is missing or differs."""
+    found: dict[str, str] = {}
+    for path, text in texts.items():
+        target = SNIPPETS / path
+        old = target.read_text(encoding="utf-8") if target.exists() else None
+        if old == text:
+            continue
+        diff = difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            fromfile=f"snippets/{path} ({'committed' if old is not None else 'missing'})",
+            tofile=f"snippets/{path} (regenerated)",
+        )
+        lines = list(diff)
+        more = [f"... {len(lines) - DIFF_LINES} more diff lines\n"] if len(lines) > DIFF_LINES else []
+        found[path] = "".join(lines[:DIFF_LINES] + more)
+    return found
+
+
+def write(texts: Mapping[str, str], changed: Sequence[str]) -> None:
+    """Write the changed outputs, creating folders."""
+    for path in changed:
+        target = SNIPPETS / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(texts[path], encoding="utf-8", newline="\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m site_scripts.regenerate",
+        description="Regenerate snippets/ from the site_scripts/gen_*.py generators.",
+    )
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
+    parser.add_argument("--only", metavar="NAME", help="run one generator (gen_NAME.py)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        names = generator_names(args.only)
+    except GeneratorError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        texts = render(collect_outputs(names))
+    except GeneratorError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    diffs = stale(texts)
+    if args.check:
+        for diff in diffs.values():
+            sys.stdout.write(diff)
+        if diffs:
+            print(f"{len(diffs)} of {len(texts)} snippets are stale; run `python -m site_scripts.regenerate`")
+            return 1
+        print(f"{len(texts)} snippets from {len(names)} generators are current")
+        return 0
+    write(texts, list(diffs))
+    for path in diffs:
+        print(f"wrote snippets/{path}")
+    print(f"{len(texts)} snippets from {len(names)} generators; {len(diffs)} written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""``python -m mini_deepinfer.generate`` on a random tiny checkpoint: text, footer, record, stops, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mini_deepinfer.generate import main
+from mini_deepinfer.records import RECORD_KEYS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def generate(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def base_args(ckpt, *extra: str) -> list[str]:
+    return ["--model", str(ckpt), "--max-new-tokens", "8", "--cache-capacity", "128", *extra]
+
+
+def test_two_prompts_print_text_and_footer_and_write_a_complete_record(tiny_checkpoint, capsys, tmp_path):
+    out_file = tmp_path / "run.json"
+    code, out, err = generate(capsys, *base_args(tiny_checkpoint, "--prompt", "用两句话解释 KV Cache 的作用。",
+                                                 "--prompt", "What is 1 plus 1?",
+                                                 "--max-num-seqs", "2",
+                                                 "--max-batched-tokens", "16", "--chunked-prefill",
+                                                 "--output", str(out_file)))
+    assert code == 0, err
+    assert out.count("[length; 8 output tokens; free KV slots 128/128]") == 2
+    record = json.loads(out_file.read_text(encoding="utf-8"))
+    assert list(record)[: len(RECORD_KEYS)] == list(RECORD_KEYS)
+    assert [len(r["output_token_ids"]) for r in record["requests"]] == [8, 8]
+    assert record["cache"]["target"]["kv"] == {"capacity": 128, "free": 128}
+    assert record["config"]["chunked_prefill"] is True
+    assert record["timings"]["run_s"] > 0
+
+
+def test_streamed_text_equals_the_final_text(tiny_checkpoint, capsys, tmp_path):
+    out_file = tmp_path / "run.json"
+    code, out, _ = generate(capsys, *base_args(tiny_checkpoint, "--prompt", "你好，世界", "--stream",
+                                               "--temperature", "1.0", "--seed", "3",
+                                               "--output", str(out_file)))
+    assert code == 0
+    text = json.loads(out_file.read_text(encoding="utf-8"))["requests"][0]["text"]
+    assert out.startswith(text + "\n[")
+
+
+@pytest.mark.parametrize("flags", [[], ["--pipeline"], ["--stagger-prompts", "--max-batched-tokens", "3",
+                                                       "--chunked-prefill"]])
+def test_greedy_text_is_the_same_in_every_execution_mode(tiny_checkpoint, capsys, tmp_path, flags):
+    args = base_args(tiny_checkpoint, "--prompt", "a", "--prompt", "The capital of France is", "--raw",
+                     "--output", str(tmp_path / "r.json"), *flags)
+    assert main(args) == 0
+    outputs = [r["output_token_ids"] for r in json.loads((tmp_path / "r.json").read_text())["requests"]]
+    assert main(base_args(tiny_checkpoint, "--prompt", "a", "--prompt", "The capital of France is", "--raw",
+                          "--output", str(tmp_path / "alone.json"), "--max-num-seqs", "1")) == 0
+    alone = [r["output_token_ids"] for r in json.loads((tmp_path / "alone.json").read_text())["requests"]]
+    capsys.readouterr()
+    assert outputs == alone
+
+
+@pytest.mark.parametrize("pipeline", [[], ["--pipeline"]])
+def test_cancel_after_tokens_stops_and_returns_every_slot(tiny_checkpoint, capsys, pipeline):
+    code, out, _ = generate(capsys, *base_args(tiny_checkpoint, "--prompt", "hello", "--raw", "--stream",
+                                               "--cancel-after-tokens", "3", *pipeline))
+    assert code == 0
+    assert out.rstrip().endswith("[cancelled; 3 output tokens; free KV slots 128/128]")
+
+
+def test_trace_rounds_prints_schedule_and_cache_lines(tiny_checkpoint, capsys):
+    code, out, _ = generate(capsys, *base_args(tiny_checkpoint, "--prompt", "hi", "--raw", "--trace-rounds",
+                                               "--pipeline"))
+    assert code == 0
+    assert "[round 1] schedule req-0 prefill" in out
+    assert "[round 2] read round 1" in out
+    assert "cache    KV free 128/128, state free 8/8" in out
+
+
+BAD_INPUTS = {
+    "missing folder": (["--model", "/nonexistent/x", "--prompt", "a"], "not found"),
+    "no prompt": (["--model", "{ckpt}"], "at least one --prompt"),
+    "negative max tokens": (["--model", "{ckpt}", "--prompt", "a", "--max-new-tokens", "-1"], ">= 0"),
+    "zero capacity": (["--model", "{ckpt}", "--prompt", "a", "--cache-capacity", "0"], ">= 1"),
+    "zero budget": (["--model", "{ckpt}", "--prompt", "a", "--max-batched-tokens", "0"], ">= 1"),
+    "unknown device": (["--model", "{ckpt}", "--prompt", "a", "--device", "tpu"], "unknown device"),
+    "cuda without cuda": (["--model", "{ckpt}", "--prompt", "a", "--device", "cuda:0"],
+                          "CUDA is not available"),
+    "npu without torch_npu": (["--model", "{ckpt}", "--prompt", "a", "--device", "npu"], "torch_npu"),
+    "unknown dtype": (["--model", "{ckpt}", "--prompt", "a", "--dtype", "int7"], "int7"),
+    "prompt too long": (["--model", "{ckpt}", "--prompt", "a " * 200, "--raw", "--cache-capacity", "64"],
+                        "KV slots"),
+    "output in missing folder": (["--model", "{ckpt}", "--prompt", "a", "--output", "/nonexistent/r.json"],
+                                 "does not exist"),
+    "unknown flag": (["--model", "{ckpt}", "--prompt", "a", "--frobnicate"], "unrecognized"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_gives_one_line_on_stderr_and_exit_code_2(tiny_checkpoint, capsys, case):
+    args, needle = BAD_INPUTS[case]
+    code, out, err = generate(capsys, *[a.replace("{ckpt}", str(tiny_checkpoint)) for a in args])
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error:"), err
+    assert needle in err
+
+
+def test_prompt_file_that_is_not_utf8_is_refused(tiny_checkpoint, capsys, tmp_path):
+    bad = tmp_path / "prompts.txt"
+    bad.write_bytes("你好".encode("gbk"))
+    code, _, err = generate(capsys, "--model", str(tiny_checkpoint), "--prompt-file", str(bad))
+    assert code == 2 and "not UTF-8" in err
+
+
+def test_bad_input_in_a_subprocess_prints_no_traceback_and_leaves_no_record(tmp_path):
+    record = tmp_path / "r.json"
+    argv = [sys.executable, "-m", "mini_deepinfer.generate", "--model", str(tmp_path / "none"),
+            "--prompt", "a", "--output", str(record)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+    assert not record.exists()
+
+
+def test_version_flag_prints_the_package_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("mini-deepinfer 0.")

@@ -1,0 +1,77 @@
+"""The site builds with ``mkdocs build --strict`` and the result has what a reader needs.
+
+Scope: one strict build into a temporary folder (any warning, a missing snippet, a broken link or anchor
+fails it), then checks on the HTML: both languages are there, every page links to its other-language version,
+and no page shows an unprocessed ``--8<-- "path"`` include. Non-scope: the page text, and the rendering in a
+browser.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TAG = re.compile(r"<[^>]+>")
+# an include line that pymdownx.snippets left alone; section markers ("# --8<-- [start:x]") may show in the
+# API page's source views and are not includes
+RAW_INCLUDE = re.compile(r'-{1,}8<-{1,}\s+["\']')
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-6000:]}"
+    return out
+
+
+def zh_pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("index.html") if p.relative_to(site).parts[0] != "en")
+
+
+def test_strict_build_writes_both_languages(site: Path) -> None:
+    assert (site / "index.html").is_file()
+    assert (site / "en" / "index.html").is_file()
+
+
+def test_every_zh_page_has_an_en_page(site: Path) -> None:
+    missing = [p for p in zh_pages(site) if not (site / "en" / p.relative_to(site)).is_file()]
+    assert not missing
+
+
+def test_every_page_links_to_both_languages(site: Path) -> None:
+    for page in site.rglob("index.html"):
+        text = page.read_text(encoding="utf-8")
+        assert 'hreflang="zh"' in text and 'hreflang="en"' in text, page.relative_to(site)
+
+
+def test_language_switch_points_at_the_same_page(site: Path) -> None:
+    page = site / "lessons" / "index.html"
+    text = page.read_text(encoding="utf-8")
+    assert re.search(r'href="\.\./en/lessons/"[^>]*hreflang="en"', text)
+    text_en = (site / "en" / "lessons" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'href="\.\./\.\./lessons/"[^>]*hreflang="zh"', text_en)
+
+
+def test_no_page_shows_a_raw_snippet_include(site: Path) -> None:
+    for page in site.rglob("*.html"):
+        shown = html.unescape(TAG.sub("", page.read_text(encoding="utf-8")))
+        assert not RAW_INCLUDE.search(shown), f"unprocessed include in {page.relative_to(site)}"
+
+
+def test_mermaid_is_served_by_the_site_itself(site: Path) -> None:
+    assert (site / "javascripts" / "mermaid.min.js").stat().st_size > 1_000_000
+    text = (site / "index.html").read_text(encoding="utf-8")
+    assert 'src="javascripts/mermaid.min.js"' in text
+    assert "cdn.jsdelivr" not in text and "fonts.googleapis" not in text
