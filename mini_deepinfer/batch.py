@@ -25,16 +25,18 @@ class BatchEngine(Engine):
         max_num_seqs: most requests admitted (running) at once.
         max_batched_tokens: the token budget of one round (decode tokens + prefill tokens).
         chunked_prefill: split a prompt that does not fit the remaining budget across rounds.
+        spec_width: draft tokens verified per decode (speculative decoding; each costs budget too).
     """
 
     def __init__(self, runner: Runner, kv_capacity: int, state_capacity: int | None = None, *,
                  max_num_seqs: int = 8, max_batched_tokens: int = 256, chunked_prefill: bool = False,
-                 pipeline: bool = False, trace: Trace | None = None) -> None:
+                 pipeline: bool = False, trace: Trace | None = None, spec_width: int = 0) -> None:
         if max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
         if max_batched_tokens < 1:
             raise ValueError(f"max_batched_tokens must be >= 1, got {max_batched_tokens}")
-        super().__init__(runner, kv_capacity, state_capacity, pipeline=pipeline, trace=trace)
+        super().__init__(runner, kv_capacity, state_capacity, pipeline=pipeline, trace=trace,
+                         spec_width=spec_width)
         self.max_num_seqs = max_num_seqs
         self.max_batched_tokens = max_batched_tokens
         self.chunked_prefill = chunked_prefill
@@ -54,8 +56,8 @@ class BatchEngine(Engine):
         for req in [r for r in self.running if r.prefill_done]:
             if budget == 0:
                 break
-            seqs.append(self.plan_decode(req))
-            budget -= 1
+            seqs.append(self.plan_decode(req, budget))
+            budget -= seqs[-1].num_tokens  # 1, or 1 + draft tokens with speculative decoding
         for req in self._prefill_candidates():
             if budget == 0:
                 break

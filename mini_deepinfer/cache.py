@@ -4,7 +4,9 @@ Scope: the tensors, indexed by slot number. A *KV slot* is one row of every full
 value tensors and holds one token position of one sequence ("paged attention with block size 1"). A *state
 slot* is one row of every linear-attention (Gated DeltaNet) layer's convolution window and recurrent state and
 holds one sequence's whole past, whatever its length. The model reads and writes these rows during
-``forward``; this class also copies, resets and snapshots state slots.
+``forward``; this class also copies, resets and snapshots state slots, and keeps the per-position states
+of sequences whose forward asked for them (``ForwardBatch.capture_states``), so that speculative decoding
+can set a state slot back to the state after any verified position.
 
 Non-scope: slot accounting. Which slots are free, and when a slot may be released, is decided by the engine's
 ``SlotPool``; the cache never allocates or frees slots.
@@ -37,6 +39,7 @@ class HybridCache:
         device: Where the tensors live.
     """
 
+    # --8<-- [start:tensors]
     def __init__(
         self,
         config: ModelConfig,
@@ -69,6 +72,9 @@ class HybridCache:
             )
             self.conv_state[i] = torch.zeros(conv_shape, dtype=dtype, device=self.device)
             self.recurrent_state[i] = torch.zeros(rec_shape, dtype=torch.float32, device=self.device)
+        # state slot -> "conv" / "recurrent" -> layer -> [positions, ...]: the state after each position
+        self.captured: dict[int, dict[str, dict[int, torch.Tensor]]] = {}
+    # --8<-- [end:tensors]
 
     def _state_tensors(self) -> list[torch.Tensor]:
         return list(self.conv_state.values()) + list(self.recurrent_state.values())
@@ -94,6 +100,38 @@ class HybridCache:
             "conv": [self.conv_state[i][slot].clone() for i in sorted(self.conv_state)],
             "recurrent": [self.recurrent_state[i][slot].clone() for i in sorted(self.recurrent_state)],
         }
+
+    # --8<-- [start:capture]
+    def record_states(self, kind: str, layer: int, slot: int, states: torch.Tensor) -> None:
+        """Append states of one sequence, one row per position, to what slot ``slot`` has captured.
+
+        Args:
+            kind: ``"conv"`` (windows ``[n, conv_dim, kernel - 1]``) or ``"recurrent"`` (``[n, Hv, dk, dv]``).
+            layer: the linear-attention layer.
+            slot: the sequence's state slot.
+            states: the state after each of ``n`` consecutive positions, oldest first.
+        """
+        held = self.captured.setdefault(slot, {}).setdefault(kind, {})
+        held[layer] = torch.cat([held[layer], states]) if layer in held else states
+
+    def capture_current(self, slots: list[int]) -> None:
+        """Append each slot's current state to its capture (a snapshot after a one-token step)."""
+        for i in self.conv_state:
+            for slot in slots:
+                self.record_states("conv", i, slot, self.conv_state[i][slot][None].clone())
+                self.record_states("recurrent", i, slot, self.recurrent_state[i][slot][None].clone())
+
+    def restore_captured(self, slot: int, index: int) -> None:
+        """Set state slot ``slot`` to its captured state number ``index`` in every layer; drop the rest."""
+        held = self.captured.pop(slot, {})
+        for i in self.conv_state:
+            self.conv_state[i][slot].copy_(held["conv"][i][index])
+            self.recurrent_state[i][slot].copy_(held["recurrent"][i][index])
+
+    def drop_captured(self, slot: int) -> None:
+        """Forget what slot ``slot`` captured (its current state is the one to keep)."""
+        self.captured.pop(slot, None)
+    # --8<-- [end:capture]
 
     def read_kv(self, slots: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         """Return clones of the keys and values at ``slots``: ``{"key": [...], "value": [...]}``."""

@@ -69,10 +69,20 @@ def commit_round(engine: Engine, plan: RoundPlan, result: RoundResult) -> list[D
                 engine.trace.emit(engine.round_id, "discard", req.request_id, tokens=tokens,
                                   round=plan.round_id, why=f"already finished: {req.finish_reason.value}")
             else:
+                _trace_verify(engine, req, result)
                 deliveries.append(_commit_sampled(engine, plan.round_id, req, tokens))
+                if seq.spec_width and not req.finished:
+                    engine.rollback(req)  # free the KV slots of rejected draft positions
         engine.release_if_idle(req)
     return deliveries
 # --8<-- [end:commit_round]
+
+
+def _trace_verify(engine: Engine, req: Request, result: RoundResult) -> None:
+    """Speculative rounds: record what the draft proposed and how many drafts the target accepted."""
+    verified = result.extra.get("verify", {}).get(req.request_id)
+    if verified is not None:
+        engine.trace.emit(engine.round_id, "verify", req.request_id, **verified)
 
 
 def _commit_sampled(engine: Engine, round_id: int, req: Request, tokens: list[int]) -> Delivery:

@@ -31,11 +31,18 @@ class Engine:
             None for runners that keep no per-request state.
         pipeline: launch round N+1 before reading round N (cross-round execution).
         trace: where trace events go (a new one by default).
+        spec_width: draft tokens verified per decode round (speculative decoding; 0 = off). The runner
+            must propose and verify them (``speculative.SpeculativeRunner``).
     """
 
     def __init__(self, runner: Runner, kv_capacity: int, state_capacity: int | None = None, *,
-                 pipeline: bool = False, trace: Trace | None = None) -> None:
+                 pipeline: bool = False, trace: Trace | None = None, spec_width: int = 0) -> None:
+        if not isinstance(spec_width, int) or spec_width < 0:
+            raise ValueError(f"spec_width must be an integer >= 0, got {spec_width!r}")
+        if spec_width and pipeline:
+            raise ValueError("speculative decoding runs synchronously; it cannot be combined with pipeline")
         self.runner = runner
+        self.spec_width = spec_width
         self.kv_pool = SlotPool(kv_capacity, "kv")
         self.state_pool = SlotPool(state_capacity, "state") if state_capacity is not None else None
         self.pipeline = StoppingDecodePipeline() if pipeline else None
@@ -65,6 +72,7 @@ class Engine:
         return req
     # --8<-- [end:submit]
 
+    # --8<-- [start:check_fits]
     def check_fits(self, req: Request) -> None:
         """Refuse a request that could never be admitted, instead of letting it wait forever."""
         need = req.max_cache_tokens()
@@ -72,21 +80,25 @@ class Engine:
             raise ValueError(
                 f"{req.request_id}: prompt of {req.prompt_len} tokens plus max_new_tokens "
                 f"{req.params.max_new_tokens} needs {need} KV slots; the cache has {self.kv_pool.capacity}")
+    # --8<-- [end:check_fits]
 
     # --8<-- [start:step]
     def step(self) -> list[Delivery]:
         """One round: schedule, launch, read, commit. Returns what each request delivered."""
         self.round_id += 1
         plan = self.schedule()
-        launched = (plan, self.launch(plan)) if plan.seqs else None
-        if self.pipeline is None:
-            to_read = launched  # synchronous: read the round just launched
-        else:
-            to_read = self.pipeline.swap(launched)  # cross-round: read the round launched before
-        if to_read is None:
-            return []
-        done_plan, handle = to_read
-        result = self.runner.read(handle)
+        try:
+            launched = (plan, self.launch(plan)) if plan.seqs else None
+            if self.pipeline is None:
+                to_read = launched  # synchronous: read the round just launched
+            else:
+                to_read = self.pipeline.swap(launched)  # cross-round: read the round launched before
+            if to_read is None:
+                return []
+            done_plan, handle = to_read
+            result = self.runner.read(handle)
+        except Exception as exc:  # the runner failed: nothing still in flight can be trusted
+            return self.abandon_in_flight(exc)
         self.trace.emit(self.round_id, "read", None, round=done_plan.round_id)
         return commit_round(self, done_plan, result)
     # --8<-- [end:step]
@@ -106,6 +118,7 @@ class Engine:
         return RoundPlan(self.round_id, (seq,))
     # --8<-- [end:schedule]
 
+    # --8<-- [start:launch_round]
     def launch(self, plan: RoundPlan) -> object:
         """Mark the plan's requests as in flight and hand the plan to the runner."""
         for seq in plan.seqs:
@@ -116,6 +129,7 @@ class Engine:
         self.trace.emit(self.round_id, "launch", None, round=plan.round_id,
                         requests=[s.request_id for s in plan.seqs], tokens=plan.num_tokens)
         return handle
+    # --8<-- [end:launch_round]
 
     # --8<-- [start:admit]
     def reserved_kv(self) -> int:
@@ -123,6 +137,7 @@ class Engine:
         return sum(r.max_cache_tokens() - len(r.kv_slots) for r in self.running)
 
     def can_admit(self, req: Request) -> bool:
+        """True if the request's worst case fits the unreserved KV slots and a state slot is free."""
         kv_ok = self.kv_pool.num_free - self.reserved_kv() >= req.max_cache_tokens()
         state_ok = self.state_pool is None or self.state_pool.num_free > 0
         return kv_ok and state_ok
@@ -137,28 +152,65 @@ class Engine:
     # --8<-- [end:admit]
 
     # --8<-- [start:plan]
+    # --8<-- [start:plan_prefill]
     def plan_prefill(self, req: Request, n: int) -> SeqPlan:
         """The next ``n`` prompt tokens; the chunk that ends the prompt also samples."""
         start = req.num_computed
         tokens = req.prompt_token_ids[start : start + n]
         return self._plan(req, "prefill", tokens, sample=start + n == req.prompt_len)
+    # --8<-- [end:plan_prefill]
 
-    def plan_decode(self, req: Request) -> SeqPlan:
-        """One token: the last output, or the still-unread token of the round in flight."""
+    # --8<-- [start:plan_decode]
+    def plan_decode(self, req: Request, budget: int | None = None) -> SeqPlan:
+        """One token: the last output, or the still-unread token of the round in flight.
+
+        With speculative decoding the round also verifies ``spec_width`` draft positions after it.
+        """
         token = IN_FLIGHT if req.samples_in_flight else req.output_token_ids[-1]
-        return self._plan(req, "decode", (token,), sample=True)
+        width = self.decode_width(req, budget) if self.spec_width else 0
+        return self._plan(req, "decode", (token,), sample=True, spec_width=width)
+    # --8<-- [end:plan_decode]
 
-    def _plan(self, req: Request, kind: str, tokens: tuple, sample: bool) -> SeqPlan:
+    # --8<-- [start:decode_width]
+    def decode_width(self, req: Request, budget: int | None) -> int:
+        """Draft positions this round: ``spec_width``, cut so the verify fits the round's token budget
+        and the group (accepted drafts + 1) cannot pass ``max_new_tokens``. The cut keeps every
+        position inside the request's reservation (prompt + max_new_tokens)."""
+        left = req.params.max_new_tokens - len(req.output_token_ids)
+        width = min(self.spec_width, left - 1)
+        if budget is not None:
+            width = min(width, budget - 1)
+        return max(width, 0)
+    # --8<-- [end:decode_width]
+
+    def _plan(self, req: Request, kind: str, tokens: tuple, sample: bool, spec_width: int = 0) -> SeqPlan:
         start = req.num_computed
-        new_slots = self.kv_pool.allocate(len(tokens))
+        new_slots = self.kv_pool.allocate(len(tokens) + spec_width)
         req.kv_slots.extend(new_slots)
-        req.num_computed += len(tokens)
+        req.num_computed += len(new_slots)
         outputs_so_far = len(req.output_token_ids) + req.samples_in_flight
-        self.trace.emit(self.round_id, "schedule", req.request_id, phase=kind, inputs=list(tokens),
-                        start_pos=start, slots=new_slots)
+        # draft tokens are proposed inside the runner; the trace shows them as "?" until verified
+        self.trace.emit(self.round_id, "schedule", req.request_id, phase=kind,
+                        inputs=list(tokens) + [None] * spec_width, start_pos=start, slots=new_slots)
         return SeqPlan(req.request_id, kind, tuple(tokens), start, tuple(new_slots), tuple(req.kv_slots),
-                       req.state_slot, sample, req.params, outputs_so_far)
+                       req.state_slot, sample, req.params, outputs_so_far, spec_width=spec_width)
     # --8<-- [end:plan]
+
+    # --8<-- [start:rollback]
+    def rollback(self, req: Request) -> None:
+        """After a speculative round: keep the KV slots of the committed prefix only.
+
+        The cache must hold ``prompt + output[:-1]``; the slots of rejected draft positions go back
+        to the pool. Their stale keys and values are harmless: a slot is written before it is read.
+        """
+        keep = req.prompt_len + len(req.output_token_ids) - 1
+        if keep >= req.num_computed:
+            return
+        freed, req.kv_slots = req.kv_slots[keep:], req.kv_slots[:keep]
+        req.num_computed = keep
+        self.kv_pool.free(freed)
+        self.trace.emit(self.round_id, "rollback", req.request_id, slots=freed, kept=keep)
+    # --8<-- [end:rollback]
 
     # --8<-- [start:cancel]
     def cancel(self, request_id: str) -> bool:
@@ -205,6 +257,27 @@ class Engine:
             self.trace.emit(self.round_id, "free", req.request_id, slots=slots, state_slot=state_slot,
                             free=self.kv_pool.num_free, capacity=self.kv_pool.capacity)
     # --8<-- [end:finish_release]
+
+    # --8<-- [start:abandon]
+    def abandon_in_flight(self, exc: Exception) -> list[Delivery]:
+        """After a runner failure: finish every request with launched, unread work as ``error``.
+
+        Their tokens in flight are never read and their slots return at once, since no round that
+        uses them will be read. Requests with nothing in flight are untouched and keep running.
+        """
+        if self.pipeline is not None:
+            self.pipeline.pending = None
+        message = f"{type(exc).__name__}: {exc}"
+        self.trace.emit(self.round_id, "error", None, error=message)
+        failed = [r for r in self.requests.values() if r.rounds_in_flight > 0]
+        for req in failed:
+            req.rounds_in_flight = req.samples_in_flight = 0
+            if not req.finished:
+                req.error = message
+                self.finish(req, FinishReason.ERROR)
+            self.release_if_idle(req)
+        return [Delivery(r.request_id, (), FinishReason.ERROR) for r in failed if r.error == message]
+    # --8<-- [end:abandon]
 
     def has_unfinished(self) -> bool:
         """True while any request is waiting or running, or a launched round is still unread."""

@@ -3,7 +3,10 @@
 Scope: the command line for one local checkpoint: load it (``--model``, ``--device``, ``--dtype``),
 turn prompts into token ids (chat template unless ``--raw``), run them through a ``BatchEngine``
 (budget, chunking, staggered arrival, cross-round ``--pipeline``), print or stream the text, cancel
-after N tokens, and write a run record (``--output``). Bad input ends with one line on stderr, exit 2.
+after N tokens, and write a run record (``--output``). With ``--speculative`` a second, smaller checkpoint
+(``--draft-model``) proposes ``--draft-width`` tokens per round and the model verifies them; tokens are then
+delivered in groups, and ``--check-greedy`` compares them with a plain greedy run. Bad input ends with one
+line on stderr, exit 2.
 Non-scope: the engine's decisions (``engine.py``, ``batch.py``, ``commit.py``), the model maths.
 """
 
@@ -19,6 +22,8 @@ from pathlib import Path
 from .request import SamplingParams
 
 DEFAULT_CAPACITY = 1024
+DEFAULT_DRAFT_WIDTH = 3
+MAX_DRAFT_WIDTH = 16
 
 
 class UsageError(ValueError):
@@ -61,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cancel-after-tokens", type=int, metavar="N",
                    help="cancel each request once it has delivered at least N tokens")
     p.add_argument("--output", type=Path, help="write a run record (JSON) to this file")
+    p.add_argument("--draft-model", type=Path,
+                   help="local checkpoint of the draft model (with --speculative)")
+    p.add_argument("--speculative", action="store_true",
+                   help="speculative decoding: the draft model proposes, --model verifies")
+    p.add_argument("--draft-width", type=int, metavar="K",
+                   help=f"draft tokens per round, 1..{MAX_DRAFT_WIDTH} (default {DEFAULT_DRAFT_WIDTH})")
+    p.add_argument("--check-greedy", action="store_true",
+                   help="compare the delivered tokens with an independent plain greedy run of --model")
     return p
 
 
@@ -89,6 +102,10 @@ class Options:
     stream: bool
     cancel_after_tokens: int | None
     output: str | None
+    draft_model: str | None = None
+    speculative: bool = False
+    draft_width: int | None = None
+    check_greedy: bool = False
     extra: dict = field(default_factory=dict)
 
 
@@ -114,6 +131,8 @@ def check_ranges(a: argparse.Namespace) -> None:
         (0 < a.top_p <= 1, f"--top-p must be in (0, 1], got {a.top_p}"),
         (a.cancel_after_tokens is None or a.cancel_after_tokens >= 1,
          f"--cancel-after-tokens must be >= 1, got {a.cancel_after_tokens}"),
+        (a.draft_width is None or 1 <= a.draft_width <= MAX_DRAFT_WIDTH,
+         f"--draft-width must be in 1..{MAX_DRAFT_WIDTH}, got {a.draft_width}"),
     ]
     for ok, message in rules:
         if not ok:
@@ -129,10 +148,30 @@ def resolve_options(argv: list[str]) -> Options:
         raise UsageError("give at least one --prompt (or --prompt-file)")
     check_ranges(a)
     seed = a.seed if a.seed is not None or a.temperature == 0 else secrets.randbits(31)
-    return Options(str(a.model), a.device, a.dtype, prompts, a.raw, a.max_new_tokens, a.ignore_eos,
-                   a.cache_capacity, a.temperature, a.top_k, a.top_p, seed, a.max_num_seqs,
-                   a.max_batched_tokens, a.chunked_prefill, a.stagger_prompts, a.pipeline, a.trace_rounds,
-                   a.stream, a.cancel_after_tokens, str(a.output) if a.output else None)
+    options = Options(str(a.model), a.device, a.dtype, prompts, a.raw, a.max_new_tokens, a.ignore_eos,
+                      a.cache_capacity, a.temperature, a.top_k, a.top_p, seed, a.max_num_seqs,
+                      a.max_batched_tokens, a.chunked_prefill, a.stagger_prompts, a.pipeline, a.trace_rounds,
+                      a.stream, a.cancel_after_tokens, str(a.output) if a.output else None)
+    check_speculative_flags(a)
+    if a.speculative:
+        options.draft_model, options.speculative = str(a.draft_model), True
+        options.draft_width = a.draft_width or DEFAULT_DRAFT_WIDTH
+    options.check_greedy = a.check_greedy
+    return options
+
+
+def check_speculative_flags(a: argparse.Namespace) -> None:
+    """The two-model flags go together; greedy checks need greedy decoding."""
+    if a.speculative and a.draft_model is None:
+        raise UsageError("--speculative needs --draft-model (a local checkpoint of the draft model)")
+    if not a.speculative and (a.draft_model is not None or a.draft_width is not None):
+        raise UsageError("--draft-model and --draft-width are used only with --speculative")
+    if a.speculative and a.pipeline:
+        raise UsageError("--speculative cannot be combined with --pipeline "
+                         "(a speculative round is synchronous)")
+    if a.check_greedy and a.temperature > 0:
+        raise UsageError("--check-greedy compares with greedy decoding; it cannot be combined with sampling "
+                         f"(--temperature {a.temperature})")
 
 
 @dataclass
@@ -145,6 +184,7 @@ class Loaded:
     eos_ids: list[int]
     device: object  # torch.device
     load_s: float
+    draft: object | None = None  # models.loader.LoadedModel of --draft-model
 
 
 def load(options: Options) -> Loaded:
@@ -159,15 +199,33 @@ def load(options: Options) -> Loaded:
     if tokenizer.vocab_size > loaded.config.vocab_size:
         raise UsageError(f"tokenizer has {tokenizer.vocab_size} tokens but the model only "
                          f"{loaded.config.vocab_size}: they do not belong together")
-    return Loaded(loaded, tokenizer, template, eos_ids, device, time.perf_counter() - start)
+    draft = load_draft(options.draft_model, tokenizer, loaded, dtype, device) if options.speculative else None
+    return Loaded(loaded, tokenizer, template, eos_ids, device, time.perf_counter() - start, draft)
 
 
+def load_draft(path: str, tokenizer, target, dtype, device):
+    """Load the draft checkpoint; refuse one whose tokenizer or vocabulary differs from the target's."""
+    from .models.loader import load_checkpoint
+    from .speculative import check_same_vocabulary
+    from .text import load_text
+
+    draft = load_checkpoint(path, dtype, device)
+    draft_tokenizer, _, _ = load_text(path)
+    if draft_tokenizer.tokenizer.get_vocab() != tokenizer.tokenizer.get_vocab():
+        raise UsageError(f"the draft model's tokenizer ({path}) differs from the target's; "
+                         "speculative decoding needs the same tokenizer")
+    check_same_vocabulary(target.model, draft.model)
+    return draft
+
+
+# --8<-- [start:encode_prompt]
 def encode_prompt(text: str, ld: Loaded, raw: bool) -> list[int]:
     if raw:
         return ld.tokenizer.encode(text)
     if ld.template is None:
         raise UsageError(f"{ld.loaded.path} has no chat template; use --raw to feed prompts as they are")
     return ld.tokenizer.encode(ld.template.render([{"role": "user", "content": text}]))
+# --8<-- [end:encode_prompt]
 
 
 def sampling_params(options: Options, eos_ids: list[int], index: int) -> SamplingParams:
@@ -182,10 +240,23 @@ def make_engine(options: Options, ld: Loaded, trace):
     from .runner import ModelRunner, new_cache
 
     model = ld.loaded.model
-    runner = ModelRunner(model, new_cache(model, options.cache_capacity, options.max_num_seqs))
+    cache = new_cache(model, options.cache_capacity, options.max_num_seqs)
+    runner = ModelRunner(model, cache) if ld.draft is None else speculative_runner(options, ld, cache)
     return BatchEngine(runner, options.cache_capacity, options.max_num_seqs,
                        max_num_seqs=options.max_num_seqs, max_batched_tokens=options.max_batched_tokens,
-                       chunked_prefill=options.chunked_prefill, pipeline=options.pipeline, trace=trace)
+                       chunked_prefill=options.chunked_prefill, pipeline=options.pipeline, trace=trace,
+                       spec_width=options.draft_width or 0)
+
+
+def speculative_runner(options: Options, ld: Loaded, cache):
+    """The target's runner with a ``ModelDraft``: same slot numbers, so the same capacities."""
+    from .runner import new_cache
+    from .speculative import ModelDraft, SpeculativeRunner
+
+    draft_model = ld.draft.model
+    draft = ModelDraft(draft_model, new_cache(draft_model, options.cache_capacity, options.max_num_seqs),
+                       options.draft_width)
+    return SpeculativeRunner(ld.loaded.model, cache, draft)
 
 
 # --8<-- [start:drive]
@@ -240,7 +311,8 @@ class Printer:
         if self.options.trace_rounds:
             state = engine.state_pool
             self.write(f"[round {engine.round_id}] cache    KV free {engine.kv_pool.num_free}/"
-                       f"{engine.kv_pool.capacity}, state free {state.num_free}/{state.capacity}\n")
+                       f"{engine.kv_pool.capacity}, state free {state.num_free}/{state.capacity}"
+                       f"{draft_cache_note(engine)}\n")
 
     def results(self, engine) -> None:
         if self.options.stream and not self.many:
@@ -253,11 +325,37 @@ class Printer:
             self.write(footer(req, engine) + "\n")
 
 
+# --8<-- [start:footer]
 def footer(req, engine) -> str:
     """The line after each answer, e.g. ``[eos; 9 output tokens; free KV slots 512/512]``."""
     reason = req.finish_reason.value if req.finish_reason else "running"
+    draft = getattr(engine.runner, "draft", None)
+    draft_part = ("" if draft is None
+                  else f"; draft free KV slots {draft.free_kv_slots()}/{draft.cache.kv_capacity}")
     return (f"[{reason}; {len(req.output_token_ids)} output tokens; "
-            f"free KV slots {engine.kv_pool.num_free}/{engine.kv_pool.capacity}]")
+            f"free KV slots {engine.kv_pool.num_free}/{engine.kv_pool.capacity}{draft_part}]")
+# --8<-- [end:footer]
+
+
+def draft_cache_note(engine) -> str:
+    """``--trace-rounds`` with a draft: what its cache holds after the round."""
+    draft = getattr(engine.runner, "draft", None)
+    if draft is None:
+        return ""
+    return (f"; draft KV free {draft.free_kv_slots()}/{draft.cache.kv_capacity}, "
+            f"draft state free {draft.free_state_slots()}/{draft.cache.state_capacity}")
+
+
+def add_draft_to_record(record, ld: Loaded, engine) -> None:
+    """Two-model runs: the draft checkpoint and the slots of the draft's cache at the end."""
+    from .device import dtype_name
+    from .records import model_info
+
+    draft = engine.runner.draft
+    record.draft_model = model_info(ld.draft.path, ld.draft.config.architecture, ld.draft.num_parameters,
+                                    dtype_name(ld.draft.dtype))
+    record.set_cache("draft", draft.cache.kv_capacity, draft.free_kv_slots(), draft.cache.state_capacity,
+                     draft.free_state_slots())
 
 
 def build_record(argv, options: Options, ld: Loaded, engine, texts: dict[str, str], run_s: float):
@@ -274,9 +372,12 @@ def build_record(argv, options: Options, ld: Loaded, engine, texts: dict[str, st
         record.add_request(prompt=texts[rid], prompt_token_ids=req.prompt_token_ids,
                            output_token_ids=req.output_token_ids, finish_reason=req.finish_reason,
                            text=ld.tokenizer.decode(req.output_token_ids, skip_special_tokens=True),
-                           first_token_s=first, seed=req.params.seed)
+                           first_token_s=first, seed=req.params.seed,
+                           committed_groups=req.committed_groups if ld.draft is not None else None)
     record.set_cache("target", engine.kv_pool.capacity, engine.kv_pool.num_free,
                      engine.state_pool.capacity, engine.state_pool.num_free)
+    if ld.draft is not None:
+        add_draft_to_record(record, ld, engine)
     record.timings["load_s"], record.timings["run_s"] = ld.load_s, run_s
     return record
 
@@ -301,9 +402,24 @@ def run(argv: list[str]) -> int:
     drive(engine, prompts, options, out)
     run_s = time.perf_counter() - start
     out.results(engine)
+    greedy = run_check_greedy(ld, engine, out) if options.check_greedy else None
     if options.output:
-        build_record(argv, options, ld, engine, dict(zip(rids, options.prompts)), run_s).write(options.output)
+        record = build_record(argv, options, ld, engine, dict(zip(rids, options.prompts)), run_s)
+        if greedy is not None:
+            record.add_check("check_greedy", greedy)
+        record.write(options.output)
     return 0
+
+
+def run_check_greedy(ld: Loaded, engine, out) -> dict:
+    """``--check-greedy``: the delivered tokens against an independent plain greedy run of the target."""
+    from .speculative import check_greedy
+
+    result = check_greedy(ld.loaded.model, list(engine.requests.values()))
+    verdict = "match" if result["passed"] else "DIFFER from"
+    out.write(f"[check-greedy: {result['compared_tokens']} delivered tokens {verdict} a plain greedy run "
+              "of the target]\n")
+    return result
 
 
 def engine_request_preview(rid: str, ids: list[int], params: SamplingParams):

@@ -28,13 +28,15 @@ class SeqPlan:
         kind: "prefill" (a chunk of the prompt) or "decode" (the last committed output token).
         token_ids: input tokens; ``IN_FLIGHT`` (None) marks the token sampled in the previous round.
         start_pos: position of ``token_ids[0]`` = tokens already in this request's cache.
-        new_slots: KV slot written by each input token.
-        context_slots: KV slots of positions ``0 .. start_pos + len(token_ids) - 1``, in order.
+        new_slots: KV slot written by each position the round computes (``num_tokens`` of them).
+        context_slots: KV slots of positions ``0 .. start_pos + num_tokens - 1``, in order.
         state_slot: the request's convolution/recurrent state slot (None for runners without one).
         sample: whether this round samples a token for the request (last prefill chunk, or decode).
         params: the request's sampling parameters.
         num_output_tokens: outputs sampled before this round (committed or in flight), for seeding.
         draft_token_ids: candidate tokens proposed by a draft model (speculative decoding), if any.
+        spec_width: draft tokens the runner proposes and the target verifies after ``token_ids`` this
+            round (speculative decode); the round computes positions ``start_pos .. start_pos + spec_width``.
     """
 
     request_id: str
@@ -48,14 +50,16 @@ class SeqPlan:
     params: SamplingParams
     num_output_tokens: int = 0
     draft_token_ids: tuple[int, ...] = ()
+    spec_width: int = 0
 
     @property
     def num_tokens(self) -> int:
-        return len(self.token_ids)
+        """Positions the target computes: the inputs plus the draft tokens it verifies."""
+        return len(self.token_ids) + self.spec_width
 
     @property
     def positions(self) -> range:
-        return range(self.start_pos, self.start_pos + len(self.token_ids))
+        return range(self.start_pos, self.start_pos + self.num_tokens)
 
 
 @dataclass(frozen=True)

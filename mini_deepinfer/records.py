@@ -118,11 +118,18 @@ def _pyproject_version(pyproject: Path) -> str | None:
 
 
 def package_version() -> str | None:
-    """The installed version of ``mini-deepinfer``, else the one in ``pyproject.toml`` beside the package."""
+    """The version of ``mini-deepinfer``: from ``pyproject.toml`` in a checkout, else installed metadata.
+
+    A checkout's pyproject comes first because stale install metadata (an old ``*.egg-info``) would
+    otherwise hide a version bump; an installed wheel has no pyproject beside the package.
+    """
+    in_checkout = _pyproject_version(PACKAGE_DIR.parent / "pyproject.toml")
+    if in_checkout is not None:
+        return in_checkout
     try:
         return metadata.version(DISTRIBUTION_NAME)
     except metadata.PackageNotFoundError:
-        return _pyproject_version(PACKAGE_DIR.parent / "pyproject.toml")
+        return None
 
 
 def check_output_path(path: str | os.PathLike[str]) -> Path:

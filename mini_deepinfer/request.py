@@ -107,6 +107,7 @@ class Request:
     def finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
 
+    # --8<-- [start:max_cache_tokens]
     def max_cache_tokens(self) -> int:
         """KV slots this request may need at most: prompt + max_new_tokens.
 
@@ -114,6 +115,7 @@ class Request:
         run may compute one token after the stop, so the engine reserves the larger number.
         """
         return self.prompt_len + self.params.max_new_tokens
+    # --8<-- [end:max_cache_tokens]
 
 
 def validate_prompt(request_id: str, prompt_token_ids: object) -> tuple[int, ...]:

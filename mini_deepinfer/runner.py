@@ -113,6 +113,7 @@ class ModelRunner:
         return result
     # --8<-- [end:launch]
 
+    # --8<-- [start:copy_to_host]
     def _copy_to_host(self, tokens: torch.Tensor) -> tuple[torch.Tensor, object | None]:
         module = device_module(self.device)
         if module is None:  # CPU: the tokens are already where the CPU reads them
@@ -122,7 +123,9 @@ class ModelRunner:
         done = module.Event()
         done.record()
         return host, done
+    # --8<-- [end:copy_to_host]
 
+    # --8<-- [start:generator]
     def _generator(self, seq: SeqPlan) -> torch.Generator | None:
         """Each sampling request keeps one generator for its whole life (CPU, so streams match devices)."""
         if seq.params.greedy:
@@ -130,6 +133,7 @@ class ModelRunner:
         if seq.request_id not in self.generators:
             self.generators[seq.request_id] = make_generator(seq.params.seed)
         return self.generators[seq.request_id]
+    # --8<-- [end:generator]
 
     def release(self, request_id: str) -> None:
         """Forget a finished request's generator and device-side token."""

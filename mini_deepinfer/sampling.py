@@ -131,6 +131,7 @@ def _candidates(scaled: torch.Tensor, params: SamplingLike) -> tuple[torch.Tenso
     return values[:keep], ids[order][:keep]
 
 
+# --8<-- [start:distribution]
 def _distribution(row: torch.Tensor, params: SamplingLike) -> tuple[torch.Tensor, torch.Tensor]:
     """Filter one row of logits: temperature, top-k, then top-p over the renormalised top-k set.
 
@@ -154,8 +155,10 @@ def _distribution(row: torch.Tensor, params: SamplingLike) -> tuple[torch.Tensor
         probs = torch.where(mass_before < params.top_p, probs, torch.zeros_like(probs))
         probs = probs / probs.sum()
     return probs, ids
+# --8<-- [end:distribution]
 
 
+# --8<-- [start:draw_one]
 def _uniform(generator: torch.Generator, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     """One uniform number in [0, 1) from ``generator``, as a ``[1]`` tensor on ``device``."""
     u = torch.rand(1, generator=generator, device=generator.device, dtype=torch.float64)
@@ -185,8 +188,10 @@ def _sample_row(row: torch.Tensor, params: SamplingLike, generator: torch.Genera
     probs, ids = _distribution(row, params)
     position = _invert_cdf(probs, _uniform(generator, row.device, probs.dtype))
     return ids[position]
+# --8<-- [end:draw_one]
 
 
+# --8<-- [start:sample]
 def sample(
     logits: torch.Tensor,
     params: Sequence[SamplingLike],
@@ -221,6 +226,7 @@ def sample(
             raise ValueError(f"row {i} samples (temperature {row_params.temperature}) but has no generator")
         tokens[i : i + 1] = _sample_row(logits[i], row_params, generator)
     return tokens
+# --8<-- [end:sample]
 
 
 def _row_probabilities(row: torch.Tensor, params: SamplingLike) -> torch.Tensor:

@@ -161,6 +161,7 @@ class ChatTemplate:
             raise TextError(f"chat template error: {exc}") from exc
 
 
+# --8<-- [start:stream]
 class StreamDetokenizer:
     """Turns token ids, committed a few at a time, into the text they add.
 
@@ -200,6 +201,7 @@ class StreamDetokenizer:
     def finish(self) -> str:
         """Return whatever is still held back (an incomplete character decodes to U+FFFD)."""
         return self._emit(hold_incomplete=False)
+# --8<-- [end:stream]
 
 
 def _read_json(path: Path) -> dict[str, Any]:

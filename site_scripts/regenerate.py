@@ -1,4 +1,4 @@
-"""Regenerate snippets/, the generated text that the site's pages embed.
+"""Regenerate snippets/, the generated text that the site's pages embed (and docs/assets/pictures/).
 
 Scope: finding the generator modules, writing their outputs under ``snippets/``, and checking that the files
 there are current (``--check``, which a test runs). Non-scope: what any snippet says (each generator owns its
@@ -9,6 +9,9 @@ The convention for generators:
 * A generator is a module ``site_scripts/gen_<name>.py``.
 * It exposes ``OUTPUTS: dict[str, Callable[[], str]]``, mapping a path relative to ``snippets/``
   (for example ``"toy/demo.txt"``) to a function that returns the file's full text.
+* A generator whose files the pages show as images (SVG pictures) sets
+  ``OUTPUT_DIR = "docs/assets/pictures"``; its paths are then relative to that folder, which MkDocs serves as
+  it is (``OUTPUT_DIRS`` lists the folders allowed).
 * Most snippets are the terminal output of a demo command; :func:`run_module` runs one the way the doc tests
   do (same environment), so a page's command and its included output agree.
 * Each path belongs to exactly one generator.
@@ -33,6 +36,7 @@ from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "snippets"
+OUTPUT_DIRS = ("snippets", "docs/assets/pictures")  # where generators may write, relative to ROOT
 PACKAGE = "site_scripts"
 DIFF_LINES = 30
 COMMAND_TIMEOUT_S = 1800
@@ -91,19 +95,26 @@ def generator_names(only: str | None = None) -> list[str]:
 def _check_relative(path: str, module: str) -> None:
     pure = PurePosixPath(path)
     if pure.is_absolute() or ".." in pure.parts or not pure.parts or "\\" in path:
-        raise GeneratorError(f"{module}: output path {path!r} must be relative to snippets/, without '..'")
+        raise GeneratorError(f"{module}: output path {path!r} must be relative to its folder, without '..'")
 
 
 def collect_outputs(names: Sequence[str]) -> dict[str, tuple[str, Generator]]:
-    """Map each output path to (module name, function), checking the OUTPUTS convention."""
+    """Map each output path (relative to the repository root) to (module name, function).
+
+    Checks the OUTPUTS convention and the generator's ``OUTPUT_DIR`` (default ``snippets``).
+    """
     found: dict[str, tuple[str, Generator]] = {}
     for name in names:
         module = importlib.import_module(f"{PACKAGE}.{name}")
         outputs = getattr(module, "OUTPUTS", None)
         if not isinstance(outputs, Mapping):
             raise GeneratorError(f"{name}: OUTPUTS must be a dict of path -> function")
-        for path, function in outputs.items():
-            _check_relative(path, name)
+        folder = getattr(module, "OUTPUT_DIR", "snippets")
+        if folder not in OUTPUT_DIRS:
+            raise GeneratorError(f"{name}: OUTPUT_DIR {folder!r} is not one of {', '.join(OUTPUT_DIRS)}")
+        for relative, function in outputs.items():
+            _check_relative(relative, name)
+            path = f"{folder}/{relative}"
             if path in found:
                 raise GeneratorError(f"{path}: written by both {found[path][0]} and {name}")
             found[path] = (name, function)
@@ -125,15 +136,15 @@ def stale(texts: Mapping[str, str]) -> dict[str, str]:
     """Path -> short unified diff for every output whose file is missing or differs."""
     found: dict[str, str] = {}
     for path, text in texts.items():
-        target = SNIPPETS / path
+        target = ROOT / path
         old = target.read_text(encoding="utf-8") if target.exists() else None
         if old == text:
             continue
         diff = difflib.unified_diff(
             (old or "").splitlines(keepends=True),
             text.splitlines(keepends=True),
-            fromfile=f"snippets/{path} ({'committed' if old is not None else 'missing'})",
-            tofile=f"snippets/{path} (regenerated)",
+            fromfile=f"{path} ({'committed' if old is not None else 'missing'})",
+            tofile=f"{path} (regenerated)",
         )
         lines = list(diff)
         more = [f"... {len(lines) - DIFF_LINES} more diff lines\n"] if len(lines) > DIFF_LINES else []
@@ -144,7 +155,7 @@ def stale(texts: Mapping[str, str]) -> dict[str, str]:
 def write(texts: Mapping[str, str], changed: Sequence[str]) -> None:
     """Write the changed outputs, creating folders."""
     for path in changed:
-        target = SNIPPETS / path
+        target = ROOT / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(texts[path], encoding="utf-8", newline="\n")
 
@@ -183,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     write(texts, list(diffs))
     for path in diffs:
-        print(f"wrote snippets/{path}")
+        print(f"wrote {path}")
     print(f"{len(texts)} snippets from {len(names)} generators; {len(diffs)} written")
     return 0
 

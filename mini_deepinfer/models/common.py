@@ -23,6 +23,7 @@ from mini_deepinfer.cache import HybridCache
 from mini_deepinfer.models.config import ModelConfig
 
 
+# --8<-- [start:forward_batch]
 @dataclass
 class ForwardBatch:
     """The tokens of one round, sequences concatenated in order.
@@ -38,6 +39,8 @@ class ForwardBatch:
         fresh_state: ``[B]`` True when the sequence starts at position 0: its convolution window and recurrent
             state are zeroed before this round.
         logits_indices: ``[S]`` int64, rows of the T tokens whose logits are returned.
+        capture_states: ``[B]`` or None. True: record this sequence's linear-attention state after each of
+            its new tokens in ``cache.captured`` (speculative verification); it then runs token by token.
     """
 
     input_ids: torch.Tensor
@@ -49,6 +52,8 @@ class ForwardBatch:
     state_slots: torch.Tensor
     fresh_state: list[bool]
     logits_indices: torch.Tensor
+    capture_states: list[bool] | None = None
+# --8<-- [end:forward_batch]
 
     @classmethod
     def from_sequences(
@@ -102,7 +107,8 @@ class RoundLayout:
     """Index tensors derived from a ``ForwardBatch`` once and shared by every layer of one forward.
 
     Sequences with one new token form the *decode group*: their attention and recurrent updates run as one
-    batched computation. Sequences with more tokens run one at a time (chunked algorithms over their tokens).
+    batched computation. Sequences with more tokens run one at a time (chunked algorithms over their tokens),
+    and so do sequences whose states are captured, whatever their length.
     """
 
     starts: list[int]
@@ -113,6 +119,7 @@ class RoundLayout:
     decode_state_slots: torch.Tensor
     decode_kv_index: torch.Tensor | None
     decode_kv_mask: torch.Tensor | None
+    captured: frozenset[int] = frozenset()
 
     @classmethod
     def build(cls, batch: ForwardBatch) -> RoundLayout:
@@ -122,7 +129,8 @@ class RoundLayout:
         starts = [0]
         for n in lens[:-1]:
             starts.append(starts[-1] + n)
-        decode = [b for b, n in enumerate(lens) if n == 1]
+        captured = frozenset(b for b, c in enumerate(batch.capture_states or ()) if c)
+        decode = [b for b, n in enumerate(lens) if n == 1 and b not in captured]
         device = batch.input_ids.device
         rows = torch.tensor([starts[b] for b in decode], dtype=torch.int64, device=device)
         decode_index = torch.tensor(decode, dtype=torch.int64, device=device)
@@ -137,12 +145,13 @@ class RoundLayout:
         return cls(
             starts=starts,
             decode_seqs=decode,
-            prefill_seqs=[b for b, n in enumerate(lens) if n > 1],
+            prefill_seqs=[b for b in range(len(lens)) if b not in decode],
             all_decode=len(decode) == len(lens),
             decode_rows=rows,
             decode_state_slots=batch.state_slots.index_select(0, decode_index),
             decode_kv_index=kv_index,
             decode_kv_mask=kv_mask,
+            captured=captured,
         )
 
     def decode_part(self, x: torch.Tensor) -> torch.Tensor:
@@ -218,6 +227,7 @@ class RotaryEmbedding:
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+# --8<-- [start:rotary]
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` of shape ``[T, heads, head_dim]`` on its first ``cos.shape[-1]`` dims; the rest pass."""
     rot = cos.shape[-1]
@@ -226,6 +236,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     rotated_half = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
     x_rot = x_rot * cos[:, None, :] + rotated_half * sin[:, None, :]
     return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
+# --8<-- [end:rotary]
 
 
 class SwiGLUMLP(nn.Module):
@@ -350,6 +361,7 @@ class CausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    # --8<-- [start:forward]
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
         """Run one round and return logits ``[S, vocab]`` for the rows ``batch.logits_indices``."""
@@ -368,6 +380,7 @@ class CausalLM(nn.Module):
         dtype = self.model.embed_tokens.weight.dtype
         cos, sin = self.rotary.cos_sin(batch.positions, dtype)
         return ForwardContext(batch, cache, RoundLayout.build(batch), cos, sin)
+    # --8<-- [end:forward]
 
     @torch.no_grad()
     def init_random_weights(self, seed: int = 0) -> None:

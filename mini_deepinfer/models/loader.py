@@ -174,6 +174,7 @@ def find_weight_files(folder: Path) -> list[Path]:
     return files
 
 
+# --8<-- [start:parameter_name]
 def parameter_name(checkpoint_name: str) -> str | None:
     """Our parameter name for a checkpoint tensor name, or None for a tensor we do not load.
 
@@ -184,6 +185,7 @@ def parameter_name(checkpoint_name: str) -> str | None:
     if checkpoint_name.startswith(TEXT_PREFIX):
         return "model." + checkpoint_name[len(TEXT_PREFIX) :]
     return checkpoint_name
+# --8<-- [end:parameter_name]
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,7 @@ def copy_weights(expected: dict[str, torch.Tensor], sources: dict[str, TensorSou
             raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
 
 
+# --8<-- [start:load_checkpoint]
 def load_checkpoint(
     path: str | Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
 ) -> LoadedModel:
@@ -293,3 +296,4 @@ def load_checkpoint(
     copy_weights(expected, sources)
     count = sum(t.numel() for t in expected.values())
     return LoadedModel(model=model, config=config, path=folder, dtype=dtype, num_parameters=count)
+# --8<-- [end:load_checkpoint]

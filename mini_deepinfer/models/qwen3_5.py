@@ -59,6 +59,7 @@ def causal_conv_with_window(
     return F.silu(y).transpose(1, 2), new_window
 
 
+# --8<-- [start:delta_step]
 def recurrent_delta_step(
     state: torch.Tensor,
     q: torch.Tensor,
@@ -72,8 +73,11 @@ def recurrent_delta_step(
     With state ``S`` (``dk x dv``): decay ``S *= exp(g)``; predict ``p = k^T S``; correct
     ``S += k (beta (v - p))^T``; read ``o = q^T S`` from the updated state.
 
+    The state is the largest tensor here, so it is read once (for ``q^T S`` and ``k^T S`` together) and
+    updated in place; the output uses ``q^T S_new = exp(g) q^T S + (q . k) delta`` instead of a second read.
+
     Args:
-        state: ``[..., dk, dv]`` float32.
+        state: ``[..., dk, dv]`` float32, updated in place.
         q: ``[..., dk]`` normalised and scaled query.
         k: ``[..., dk]`` normalised key.
         v: ``[..., dv]`` value.
@@ -81,14 +85,15 @@ def recurrent_delta_step(
         beta: ``[...]`` write strength in (0, 1).
 
     Returns:
-        ``(o, new_state)`` with ``o`` of shape ``[..., dv]``.
+        ``(o, state)`` with ``o`` of shape ``[..., dv]``.
     """
-    state = state * g.exp()[..., None, None]
-    prediction = (k.unsqueeze(-2) @ state).squeeze(-2)
-    delta = beta[..., None] * (v - prediction)
-    state = state + k.unsqueeze(-1) * delta.unsqueeze(-2)
-    out = (q.unsqueeze(-2) @ state).squeeze(-2)
+    decay = g.exp()[..., None]
+    q_state, k_state = (torch.stack([q, k], dim=-2) @ state).unbind(-2)
+    delta = beta[..., None] * (v - decay * k_state)
+    state.mul_(decay[..., None]).addcmul_(k[..., :, None], delta[..., None, :])
+    out = decay * q_state + (q * k).sum(-1, keepdim=True) * delta
     return out, state
+# --8<-- [end:delta_step]
 
 
 def recurrent_delta_rule(
@@ -100,13 +105,44 @@ def recurrent_delta_rule(
     state: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The gated delta rule token by token over ``[..., L, d]`` inputs (the chunked form's reference)."""
-    outputs = []
+    state, outputs = state.clone(), []
     for t in range(q.shape[-2]):
         o, state = recurrent_delta_step(
             state, q[..., t, :], k[..., t, :], v[..., t, :], g[..., t], beta[..., t]
         )
         outputs.append(o)
     return torch.stack(outputs, dim=-2), state
+
+
+# --8<-- [start:capture]
+def recurrent_delta_states(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule token by token, keeping the state after every token (speculative verification).
+
+    Returns:
+        ``(o, states)``: ``o`` of shape ``[..., L, dv]``, ``states`` of shape ``[L, ..., dk, dv]``.
+    """
+    state, outputs, states = state.clone(), [], []
+    for t in range(q.shape[-2]):
+        o, state = recurrent_delta_step(
+            state, q[..., t, :], k[..., t, :], v[..., t, :], g[..., t], beta[..., t]
+        )
+        outputs.append(o)
+        states.append(state.clone())  # the step updates ``state`` in place
+    return torch.stack(outputs, dim=-2), torch.stack(states)
+
+
+def windows_after_each(window: torch.Tensor, x: torch.Tensor, kernel: int) -> torch.Tensor:
+    """The convolution window after each new input: ``[L, C, K-1]`` from ``window [C, K-1]``, ``x [L, C]``."""
+    full = torch.cat([window, x.transpose(0, 1)], dim=-1)  # [C, K-1+L]
+    return full.unfold(-1, kernel - 1, 1)[:, 1:].transpose(0, 1).contiguous()
+# --8<-- [end:capture]
 
 
 def chunked_delta_rule(
@@ -184,10 +220,12 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
+    # --8<-- [start:gated_norm]
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
         return ((self.weight * normed) * F.silu(z.float())).to(x.dtype)
+    # --8<-- [end:gated_norm]
 
     def init_random(self, generator: torch.Generator, std: float) -> None:
         nn.init.ones_(self.weight)
@@ -219,6 +257,7 @@ class GatedDeltaNet(nn.Module):
         a = torch.empty(self.num_v_heads, device=self.A_log.device).uniform_(0.01, 16, generator=generator)
         self.A_log.copy_(a.log())
 
+    # --8<-- [start:gdn_forward]
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""
         tokens = x.shape[0]
@@ -229,7 +268,9 @@ class GatedDeltaNet(nn.Module):
         core = self.delta_rule(q, k, v, g, beta, ctx).to(x.dtype)
         z = self.in_proj_z(x).view(tokens, self.num_v_heads, self.v_head_dim)
         return self.out_proj(self.norm(core, z).reshape(tokens, self.value_dim))
+    # --8<-- [end:gdn_forward]
 
+    # --8<-- [start:convolve]
     def convolve(self, mixed: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """Causal convolution of each sequence's ``[q | k | v]`` inputs, continuing its saved window."""
         windows = ctx.cache.conv_state[self.layer_idx]
@@ -247,13 +288,17 @@ class GatedDeltaNet(nn.Module):
         for b in layout.prefill_seqs:
             start, n = layout.starts[b], batch.query_lens[b]
             slot = batch.state_slots[b : b + 1]
-            y, new = causal_conv_with_window(
-                mixed[None, start : start + n], windows.index_select(0, slot), self.conv1d.weight
-            )
+            old = windows.index_select(0, slot)
+            y, new = causal_conv_with_window(mixed[None, start : start + n], old, self.conv1d.weight)
+            if b in layout.captured:
+                after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
+                ctx.cache.record_states("conv", self.layer_idx, int(slot), after)
             windows.index_copy_(0, slot, new)
             out[start : start + n] = y[0]
         return out
+    # --8<-- [end:convolve]
 
+    # --8<-- [start:split_heads]
     def split_heads(self, mixed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Split ``[q | k | v]`` into float32 heads; normalise q and k, scale q, repeat key heads if fewer."""
         tokens = mixed.shape[0]
@@ -264,6 +309,7 @@ class GatedDeltaNet(nn.Module):
         if repeat > 1:
             q, k = q.repeat_interleave(repeat, dim=1), k.repeat_interleave(repeat, dim=1)
         return q, k, v.view(tokens, self.num_v_heads, self.v_head_dim)
+    # --8<-- [end:split_heads]
 
     def delta_rule(
         self,
@@ -276,7 +322,8 @@ class GatedDeltaNet(nn.Module):
     ) -> torch.Tensor:
         """Run each sequence's tokens from its recurrent state; return ``[T, Hv, dv]`` float32 outputs.
 
-        The decode group takes one batched recurrent step; longer runs use the chunked form per sequence.
+        The decode group takes one batched recurrent step; longer runs use the chunked form per sequence;
+        a sequence whose states are captured runs token by token and records the state after each token.
         """
         states = ctx.cache.recurrent_state[self.layer_idx]
         layout, batch = ctx.layout, ctx.batch
@@ -293,7 +340,12 @@ class GatedDeltaNet(nn.Module):
             rows = slice(layout.starts[b], layout.starts[b] + batch.query_lens[b])
             slot = batch.state_slots[b : b + 1]
             heads_first = [t[rows].transpose(0, 1)[None] for t in (q, k, v, g, beta)]
-            o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))
+            if b in layout.captured:
+                o, after = recurrent_delta_states(*heads_first, states.index_select(0, slot))
+                ctx.cache.record_states("recurrent", self.layer_idx, int(slot), after[:, 0])
+                new = after[-1]
+            else:
+                o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))
             states.index_copy_(0, slot, new)
             out[rows] = o[0].transpose(0, 1)
         return out
@@ -316,6 +368,7 @@ class GatedAttention(nn.Module):
         self.q_norm = ZeroCenteredRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
+    # --8<-- [start:gated_attention]
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""
         tokens = x.shape[0]
@@ -329,6 +382,7 @@ class GatedAttention(nn.Module):
         o = paged_attention(q, k, v, keys, values, ctx, self.head_dim**-0.5)
         o = o.reshape(tokens, -1) * torch.sigmoid(gate.reshape(tokens, -1))
         return self.o_proj(o)
+    # --8<-- [end:gated_attention]
 
 
 class Qwen35DecoderLayer(nn.Module):

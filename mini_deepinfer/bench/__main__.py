@@ -1,0 +1,426 @@
+"""``python -m mini_deepinfer.bench``: our engine against Hugging Face transformers, side by side.
+
+Scope: on one random checkpoint (the real Qwen3.5-0.8B text shape, or the ``tiny`` preset for a quick
+run) it measures, in one run: prefill time for long prompts, decode tokens per second at batch 1 and
+batch 8 (greedy, fixed length), the same with transformers' ``generate`` on the same checkpoint and
+prompts (and checks that the greedy tokens agree), the machine's memory read bandwidth and the decode
+roofline it implies (bytes of weights read per step / bandwidth), and each side's peak resident memory.
+Results go to a JSON file (keys below) and a short table on stdout.
+Non-scope: timing assertions (the tests only check that the benchmark runs and agrees on tokens), other
+dtypes or devices, sampling.
+
+Method, the same on both sides:
+
+* Each side runs in its own subprocess (same checkpoint file, same prompts, same torch thread count), so
+  its peak memory (``VmHWM``, the high-water mark of the process's own address space) is its own.
+* Every measurement is run once untimed (warm-up), then ``--repeats`` times; the JSON keeps every run and
+  its median, min and max.
+* Prefill = wall time of a run that generates one token (the prompt's forward plus one head row and one
+  argmax). Decode step = (time for N tokens - time for 1 token) / (N - 1), so prefill cancels out.
+* Batch 1 uses one prompt of ``--prompt-len`` tokens. Larger batches use prompts of different lengths
+  (from ``--prompt-len`` down to about half of it); transformers gets them left-padded with an attention
+  mask, as its batched ``generate`` needs, and our engine runs them unpadded.
+* Greedy tokens are compared position by position for every prefill and decode measurement.
+* Read bandwidth: summing a 2 GiB float32 tensor with the same thread count, before and after the two
+  sides; the roofline uses the best run. The load average is recorded too: on a shared machine absolute
+  times drift, so read the ratios.
+
+JSON keys (``REPORT_KEYS``): ``schema``, ``benchmark``, ``command``, ``date``, ``source_sha``, ``device``,
+``dtype``, ``torch``, ``transformers``, ``config``, ``load_average``, ``bandwidth``, ``ours``,
+``transformers_side``, ``comparison``, ``targets``. Each side has ``SIDE_KEYS``; ``comparison`` has
+``COMPARISON_KEYS``; ``targets`` maps each of ``TARGETS`` to ``{"value", "threshold", "met"}`` (value and
+met are None when the run did not measure it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 2
+PROMPT_SEED = 1234
+PAD_ID = 0
+BANDWIDTH_BYTES = 2**31
+REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch",
+               "transformers", "config", "load_average", "bandwidth", "ours", "transformers_side",
+               "comparison", "targets")
+SIDE_KEYS = ("load_s", "threads", "prefill", "decode", "tokens", "rss_before_load_bytes",
+             "peak_rss_after_load_bytes", "peak_rss_bytes", "weight_bytes", "cache_bytes", "load_average")
+COMPARISON_KEYS = ("prefill_speedup", "decode_speedup", "tokens_agree", "all_tokens_agree", "roofline_step_s",
+                   "roofline_fraction", "transformers_roofline_fraction", "memory_budget_bytes",
+                   "peak_memory_ratio")
+TARGETS: dict[str, tuple[str, float]] = {
+    # name -> (what is compared, threshold); ">=" for every target but the memory ratio ("<=")
+    "decode_batch1_vs_transformers": ("decode tok/s at batch 1, ours / transformers", 1.0),
+    "decode_batch1_roofline": ("decode step at batch 1, roofline / ours", 0.7),
+    "decode_batch8_vs_transformers": ("decode tok/s at batch 8, ours / transformers", 1.3),
+    "prefill_2048_vs_transformers": ("prefill of 2048 tokens, transformers time / ours", 1.0),
+    "peak_memory": ("our peak RSS / (weights + largest configured cache)", 1.3),
+}
+
+
+class UsageError(ValueError):
+    """Bad command-line input: printed as one line, exit code 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def positive_ints(text: str) -> list[int]:
+    """``"512,2048"`` -> ``[512, 2048]``; every value must be a positive integer."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = OneLineParser(prog="python -m mini_deepinfer.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="qwen3.5-0.8b", choices=["tiny", "qwen3.5-0.8b", "qwen3.5-2b"],
+                   help="random checkpoint shape")
+    p.add_argument("--repeats", type=int, default=3, help="timed repetitions of every measurement")
+    p.add_argument("--prefill", type=positive_ints, default=[512, 2048], help="prompt lengths for prefill")
+    p.add_argument("--batches", type=positive_ints, default=[1, 8], help="batch sizes for decode")
+    p.add_argument("--prompt-len", type=int, default=32, help="longest prompt of the decode measurement")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per request in decode runs")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    p.add_argument("--output", type=Path, help="write the results as JSON here")
+    p.add_argument("--side", choices=["ours", "transformers"], help=argparse.SUPPRESS)
+    p.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.repeats < 1 or args.new_tokens < 2 or args.prompt_len < 2 or args.threads < 0:
+        raise UsageError("--repeats must be >= 1, --new-tokens and --prompt-len >= 2, --threads >= 0")
+    return args
+
+
+# --8<-- [start:prompts]
+def prompt_lengths(batch: int, longest: int) -> list[int]:
+    """Decode prompt lengths: ``longest`` for one request, else spread from ``longest`` down to ~half."""
+    return [longest - (i * longest) // (2 * batch) for i in range(batch)]
+
+
+def make_prompts(lengths: list[int], vocab: int) -> list[list[int]]:
+    """Seeded random token ids (away from the special tokens at the end of the vocabulary)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(PROMPT_SEED + sum(lengths))
+    high = min(vocab, 200_000)
+    return [torch.randint(min(1000, high - 1), high, (n,), generator=gen).tolist() for n in lengths]
+# --8<-- [end:prompts]
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def peak_rss_bytes() -> int:
+    """High-water resident set of this process's address space (``VmHWM``).
+
+    ``getrusage``'s ``ru_maxrss`` is not used: Linux carries it over from the parent through fork and exec,
+    so a child would report the parent's peak (here, the 2 GiB bandwidth buffer).
+    """
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def current_rss_bytes() -> int:
+    """Resident set now (``VmRSS``): the interpreter and imported libraries before the model is loaded."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def read_bandwidth_runs(repeats: int) -> list[float]:
+    """GB/s of summing a 2 GiB float32 tensor (memory-bound with all threads); one warm-up first."""
+    import torch
+
+    x = torch.ones(BANDWIDTH_BYTES // 4, dtype=torch.float32)
+    rates = []
+    for i in range(repeats + 1):
+        start = time.perf_counter()
+        x.sum()
+        if i:
+            rates.append(BANDWIDTH_BYTES / (time.perf_counter() - start) / 1e9)
+    return rates
+
+
+# --8<-- [start:ours]
+def time_engine(model, prompt_ids: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:
+    """Wall time of one engine run (all prompts together, greedy, fixed length) and its tokens."""
+    from mini_deepinfer.batch import BatchEngine
+    from mini_deepinfer.request import SamplingParams
+    from mini_deepinfer.runner import ModelRunner, new_cache
+
+    capacity = sum(len(p) + new_tokens for p in prompt_ids)
+    runner = ModelRunner(model, new_cache(model, capacity, len(prompt_ids)))
+    engine = BatchEngine(runner, capacity, len(prompt_ids), max_num_seqs=len(prompt_ids),
+                         max_batched_tokens=max(sum(map(len, prompt_ids)), len(prompt_ids)))
+    for i, ids in enumerate(prompt_ids):
+        engine.submit(f"r{i}", ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
+    start = time.perf_counter()
+    engine.run()
+    elapsed = time.perf_counter() - start
+    return elapsed, [r.output_token_ids for r in engine.requests.values()]
+# --8<-- [end:ours]
+
+
+# --8<-- [start:transformers]
+def time_transformers(model, prompt_ids: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:
+    """The same with transformers' ``generate``: prompts left-padded to the longest, with a mask."""
+    import torch
+
+    longest = max(map(len, prompt_ids))
+    ids = torch.tensor([[PAD_ID] * (longest - len(p)) + p for p in prompt_ids])
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompt_ids])
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
+                             pad_token_id=PAD_ID)
+    elapsed = time.perf_counter() - start
+    return elapsed, out[:, longest:].tolist()
+# --8<-- [end:transformers]
+
+
+def load_side(side: str, checkpoint: Path) -> tuple[Any, Callable]:
+    import torch
+
+    if side == "ours":
+        from mini_deepinfer.models.loader import load_checkpoint
+
+        return load_checkpoint(checkpoint, torch.float32).model, time_engine
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    # No end-of-sequence: every run generates exactly max_new_tokens, as ``ignore_eos`` does on our side
+    # (``min_new_tokens`` would instead mask the eos logit and could change the greedy choice).
+    model.generation_config.eos_token_id = None
+    return model, time_transformers
+
+
+def timed_runs(timed: Callable, model, prompt_ids: list[list[int]], new_tokens: int,
+               repeats: int) -> tuple[list[float], list[list[int]]]:
+    """One warm-up run, then ``repeats`` timed runs; the tokens of the last."""
+    timed(model, prompt_ids, new_tokens)
+    runs = [timed(model, prompt_ids, new_tokens) for _ in range(repeats)]
+    return [t for t, _ in runs], runs[-1][1]
+
+
+def measure_side(args: argparse.Namespace) -> dict[str, Any]:
+    """Run inside a subprocess: every measurement for one side (keys: ``SIDE_KEYS``)."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    before, rss_before = load_average(), current_rss_bytes()
+    start = time.perf_counter()
+    model, timed = load_side(args.side, args.checkpoint)
+    result: dict[str, Any] = {"load_s": time.perf_counter() - start, "threads": torch.get_num_threads(),
+                              "prefill": {}, "decode": {}, "tokens": {"prefill": {}, "decode": {}},
+                              "rss_before_load_bytes": rss_before,
+                              "peak_rss_after_load_bytes": peak_rss_bytes()}
+    vocab = model.config.vocab_size
+    for length in args.prefill:
+        runs, tokens = timed_runs(timed, model, make_prompts([length], vocab), 1, args.repeats)
+        result["prefill"][str(length)] = summary(runs)
+        result["tokens"]["prefill"][str(length)] = tokens
+    for batch in args.batches:
+        batch_prompts = make_prompts(prompt_lengths(batch, args.prompt_len), vocab)
+        firsts, _ = timed_runs(timed, model, batch_prompts, 1, args.repeats)
+        fulls, tokens = timed_runs(timed, model, batch_prompts, args.new_tokens, args.repeats)
+        steps = [(full - first) / (args.new_tokens - 1) for first, full in zip(firsts, fulls)]
+        result["decode"][str(batch)] = {"step_s": summary(steps), "first_s": summary(firsts),
+                                        "full_s": summary(fulls),
+                                        "tokens_per_s": batch / statistics.median(steps)}
+        result["tokens"]["decode"][str(batch)] = tokens
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    result["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+    result["cache_bytes"] = largest_cache_bytes(model, args) if args.side == "ours" else None
+    result["load_average"] = {"before": before, "after": load_average()}
+    return result
+
+
+def largest_cache_bytes(model, args: argparse.Namespace) -> int:
+    """Bytes of the largest cache any measurement configured (the memory target allows for it)."""
+    from mini_deepinfer.runner import new_cache
+
+    sizes = [(length + 1, 1) for length in args.prefill]
+    sizes += [(sum(prompt_lengths(b, args.prompt_len)) + b * args.new_tokens, b) for b in args.batches]
+    return max(new_cache(model, slots, seqs).nbytes() for slots, seqs in sizes)
+
+
+def run_side(side: str, checkpoint: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Measure one side in a fresh interpreter and return its JSON."""
+    argv = [sys.executable, "-m", "mini_deepinfer.bench", "--side", side, "--checkpoint", str(checkpoint),
+            "--repeats", str(args.repeats), "--prefill", ",".join(map(str, args.prefill)),
+            "--batches", ",".join(map(str, args.batches)), "--prompt-len", str(args.prompt_len),
+            "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{side} side failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --8<-- [start:compare]
+def compare(ours: dict[str, Any], theirs: dict[str, Any], bandwidth: dict[str, Any]) -> dict[str, Any]:
+    """Ratios (>1 means we are faster), token agreement, roofline fractions and the memory ratio."""
+    roofline_step_s = ours["weight_bytes"] / (bandwidth["best_gb_per_s"] * 1e9)
+    out: dict[str, Any] = {"prefill_speedup": {}, "decode_speedup": {},
+                           "tokens_agree": {"prefill": {}, "decode": {}}, "roofline_step_s": roofline_step_s,
+                           "roofline_fraction": {}, "transformers_roofline_fraction": {}}
+    for length, ours_p in ours["prefill"].items():
+        out["prefill_speedup"][length] = theirs["prefill"][length]["median"] / ours_p["median"]
+    for batch, ours_d in ours["decode"].items():
+        out["decode_speedup"][batch] = ours_d["tokens_per_s"] / theirs["decode"][batch]["tokens_per_s"]
+        out["roofline_fraction"][batch] = roofline_step_s / ours_d["step_s"]["median"]
+        their_step = theirs["decode"][batch]["step_s"]["median"]
+        out["transformers_roofline_fraction"][batch] = roofline_step_s / their_step
+    for kind in ("prefill", "decode"):
+        for key, tokens in ours["tokens"][kind].items():
+            out["tokens_agree"][kind][key] = tokens == theirs["tokens"][kind][key]
+    out["all_tokens_agree"] = all(v for kind in out["tokens_agree"].values() for v in kind.values())
+    out["memory_budget_bytes"] = ours["weight_bytes"] + ours["cache_bytes"]
+    out["peak_memory_ratio"] = ours["peak_rss_bytes"] / out["memory_budget_bytes"]
+    return out
+
+
+def targets(comparison: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each target's measured value, threshold and whether it is met (None where not measured)."""
+    values = {
+        "decode_batch1_vs_transformers": comparison["decode_speedup"].get("1"),
+        "decode_batch1_roofline": comparison["roofline_fraction"].get("1"),
+        "decode_batch8_vs_transformers": comparison["decode_speedup"].get("8"),
+        "prefill_2048_vs_transformers": comparison["prefill_speedup"].get("2048"),
+        "peak_memory": comparison["peak_memory_ratio"],
+    }
+    out = {}
+    for name, (what, threshold) in TARGETS.items():
+        value = values[name]
+        met = None if value is None else (value <= threshold if name == "peak_memory" else value >= threshold)
+        out[name] = {"what": what, "value": value, "threshold": threshold, "met": met}
+    return out
+# --8<-- [end:compare]
+
+
+def bandwidth_report(runs: list[float]) -> dict[str, Any]:
+    return {"best_gb_per_s": max(runs), "median_gb_per_s": statistics.median(runs), "runs_gb_per_s": runs,
+            "bytes": BANDWIDTH_BYTES, "method": "torch.sum over a float32 tensor, same thread count"}
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The plain-text summary the command prints."""
+    ours, theirs, cmp = report["ours"], report["transformers_side"], report["comparison"]
+    lines = [f"{'measurement':<28}{'ours':>12}{'transformers':>14}{'ratio':>8}"]
+    for length, p in ours["prefill"].items():
+        lines.append(f"{'prefill ' + length + ' tokens (s)':<28}{p['median']:>12.3f}"
+                     f"{theirs['prefill'][length]['median']:>14.3f}{cmp['prefill_speedup'][length]:>8.2f}")
+    for batch, d in ours["decode"].items():
+        lines.append(f"{'decode batch ' + batch + ' (tok/s)':<28}{d['tokens_per_s']:>12.2f}"
+                     f"{theirs['decode'][batch]['tokens_per_s']:>14.2f}{cmp['decode_speedup'][batch]:>8.2f}")
+    lines.append(f"read bandwidth {report['bandwidth']['best_gb_per_s']:.1f} GB/s (best); decode roofline "
+                 f"{cmp['roofline_step_s'] * 1000:.1f} ms/step; batch-1 fraction "
+                 f"{cmp['roofline_fraction'].get('1', float('nan')):.2f}")
+    lines.append(f"peak memory {ours['peak_rss_bytes'] / 2**30:.2f} GiB "
+                 f"({cmp['peak_memory_ratio']:.2f}x weights+cache); "
+                 f"transformers {theirs['peak_rss_bytes'] / 2**30:.2f} GiB; "
+                 f"tokens agree: {cmp['all_tokens_agree']}")
+    for name, t in report["targets"].items():
+        verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "NOT met")
+        value = "-" if t["value"] is None else f"{t['value']:.2f}"
+        lines.append(f"target {name}: {value} (threshold {t['threshold']}) {verdict}")
+    return "\n".join(lines) + "\n"
+
+
+def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    """Write the random checkpoint, measure bandwidth and both sides, and assemble the report."""
+    import torch
+    import transformers
+
+    from mini_deepinfer.device import device_info
+    from mini_deepinfer.random_checkpoint import write_random_checkpoint
+    from mini_deepinfer.records import source_sha, utc_now_iso
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    load = {"start": load_average()}
+    report: dict[str, Any] = {
+        "schema": SCHEMA_VERSION, "benchmark": "transformers",
+        "command": ["python", "-m", "mini_deepinfer.bench", *argv], "date": utc_now_iso(),
+        "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
+        "device": device_info(torch.device("cpu")), "dtype": "float32", "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "config": {"preset": args.preset, "weights": "random (seed 0)", "repeats": args.repeats,
+                   "warmup_runs": 1, "prefill_lens": args.prefill, "batches": args.batches,
+                   "decode_prompt_lens": {str(b): prompt_lengths(b, args.prompt_len) for b in args.batches},
+                   "new_tokens": args.new_tokens, "greedy": True, "threads": torch.get_num_threads(),
+                   "transformers_padding": "left", "transformers_attention": "default (sdpa)"},
+    }
+    bandwidth = read_bandwidth_runs(args.repeats)
+    with tempfile.TemporaryDirectory(prefix="mini-deepinfer-bench-") as tmp:
+        checkpoint = Path(tmp) / args.preset
+        write_random_checkpoint(checkpoint, args.preset, seed=0, dtype=torch.float32)
+        load["before_sides"] = load_average()
+        report["ours"] = run_side("ours", checkpoint, args)
+        report["transformers_side"] = run_side("transformers", checkpoint, args)
+    bandwidth += read_bandwidth_runs(args.repeats)
+    load["end"] = load_average()
+    report["load_average"] = load
+    report["bandwidth"] = bandwidth_report(bandwidth)
+    report["comparison"] = compare(report["ours"], report["transformers_side"], report["bandwidth"])
+    report["targets"] = targets(report["comparison"])
+    return {key: report[key] for key in REPORT_KEYS}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_args(argv)
+        if args.output is not None:
+            from mini_deepinfer.records import RecordError, check_output_path
+
+            try:
+                check_output_path(args.output)
+            except RecordError as exc:
+                raise UsageError(str(exc)) from None
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.side:
+        print(json.dumps(measure_side(args)))
+        return 0
+    report = run_benchmark(args, argv)
+    sys.stdout.write(format_table(report))
+    if args.output:
+        from mini_deepinfer.records import write_record
+
+        write_record(args.output, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

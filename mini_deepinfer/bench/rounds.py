@@ -1,0 +1,500 @@
+"""``python -m mini_deepinfer.bench.rounds``: what a round costs, synchronously and cross-round.
+
+Scope: one fixed workload (a few requests with seeded random prompts of different lengths, batched by
+``BatchEngine``, greedy, a fixed number of new tokens each) on a random Qwen3.5 built in code, run
+synchronously and cross-round, several times each, the two modes alternating. Per round it measures
+the round's wall time (one ``Engine.step()``), the time blocked in ``read`` (waiting for the sampled
+tokens), the host time (the rest: schedule, launch, commit) and, on an accelerator, the device time of
+the launched work (device events). Per request it measures the time to the first committed token and to
+the finish. It checks that both modes commit identical tokens and return every slot, prints a short
+table and writes the results as JSON.
+
+Non-scope: real weights or text, speculative decoding, load that does not fit one batch, and any claim
+about a device the command did not run on. On CPU ``launch`` computes the whole round before it returns,
+so nothing overlaps and cross-round can only cost time there; the numbers show it as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mini_deepinfer.batch import BatchEngine
+from mini_deepinfer.device import (
+    device_info,
+    device_module,
+    dtype_name,
+    resolve_device,
+    resolve_dtype,
+    synchronize,
+)
+from mini_deepinfer.generate import OneLineParser, UsageError
+from mini_deepinfer.models import Qwen35Config, build_model
+from mini_deepinfer.models.common import CausalLM
+from mini_deepinfer.plan import RoundPlan, RoundResult
+from mini_deepinfer.records import check_output_path, source_sha, utc_now_iso, write_record
+from mini_deepinfer.request import SamplingParams
+from mini_deepinfer.runner import ModelRunner, RunnerLaunch, new_cache
+
+SCHEMA_VERSION = 1
+MODES: dict[str, bool] = {"synchronous": False, "cross_round": True}  # mode name -> Engine(pipeline=...)
+WARMUP_RUNS = 1  # per mode, before any measured run (first calls allocate and fill caches)
+PRESETS: dict[str, dict[str, int]] = {
+    # the layer pattern of Qwen3.5 (three Gated DeltaNet layers, then one gated attention layer)
+    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+                 linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16),
+    "small": dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
+                  num_attention_heads=8, num_key_value_heads=2, head_dim=32, linear_num_key_heads=4,
+                  linear_num_value_heads=8, linear_key_head_dim=32, linear_value_head_dim=32),
+}
+REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch",
+               "config", "results", "checks")
+"""Top-level keys of the JSON file, in this order."""
+SUMMARY_KEYS = ("run_wall_ms", "steps", "forwards", "discarded_tokens", "round_wall_ms", "round_host_ms",
+                "round_read_wait_ms", "round_launch_ms", "round_engine_ms", "round_device_ms",
+                "read_wait_total_ms", "first_token_ms", "finish_ms")
+"""Keys of each mode's ``summary`` (and of each repetition), in table order."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The requests every run serves: the same prompts, lengths and greedy settings in both modes.
+
+    Attributes:
+        num_requests: requests submitted together before the first round.
+        new_tokens: tokens each request generates (eos is ignored, so every run has the same length).
+        seed: seed of the random prompts and of the random weights.
+    """
+
+    num_requests: int = 4
+    new_tokens: int = 64
+    seed: int = 0
+
+    @property
+    def prompt_lens(self) -> list[int]:
+        return [16 + 8 * i for i in range(self.num_requests)]
+
+    @property
+    def kv_capacity(self) -> int:
+        """Enough KV slots for every request at once, including the one extra round of cross-round."""
+        return sum(self.prompt_lens) + self.num_requests * self.new_tokens
+
+    def prompts(self, vocab_size: int) -> dict[str, list[int]]:
+        generator = torch.Generator().manual_seed(self.seed)
+        return {f"req-{i}": torch.randint(0, vocab_size, (n,), generator=generator).tolist()
+                for i, n in enumerate(self.prompt_lens)}
+
+
+def build_random_model(preset: str, dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
+    """A Qwen3.5 of the preset's shape with random weights (it produces random tokens)."""
+    config = Qwen35Config(**PRESETS[preset], initializer_range=0.1)
+    return build_model(config, dtype, device, seed=seed)
+
+
+# --8<-- [start:timed_runner]
+@dataclass
+class TimedRunner:
+    """A ``ModelRunner`` wrapper: time in ``launch``, time blocked in ``read``, device time per round.
+
+    On an accelerator a pair of timing events (``torch.get_device_module(device).Event``) brackets
+    each launched round on the device's stream; the time between them is the round's work plus any gap
+    in which the device waited for the host to queue it. On CPU there are none.
+    """
+
+    inner: ModelRunner
+    launch_s: float = 0.0
+    read_wait_s: float = 0.0
+    events: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # round id -> (start, end)
+
+    def launch(self, plan: RoundPlan) -> RunnerLaunch:
+        module = device_module(self.inner.device)
+        pair = (module.Event(enable_timing=True), module.Event(enable_timing=True)) if module else None
+        start = time.perf_counter()
+        if pair is not None:
+            pair[0].record()
+        handle = self.inner.launch(plan)
+        if pair is not None:
+            pair[1].record()
+            self.events[plan.round_id] = pair
+        self.launch_s += time.perf_counter() - start
+        return handle
+
+    def read(self, handle: RunnerLaunch) -> RoundResult:
+        start = time.perf_counter()
+        result = self.inner.read(handle)
+        self.read_wait_s += time.perf_counter() - start
+        return result
+
+    def release(self, request_id: str) -> None:
+        self.inner.release(request_id)
+
+    def device_ms(self) -> dict[int, float]:
+        """Device time of each launched round in ms (call once the device has finished)."""
+        return {round_id: start.elapsed_time(end) for round_id, (start, end) in self.events.items()}
+# --8<-- [end:timed_runner]
+
+
+@dataclass
+class RoundTiming:
+    """One ``Engine.step()``: what it launched, whether it read a round, and where its time went."""
+
+    round_id: int
+    launched: str  # "prefill", "decode", "mixed" or "none"
+    read: bool
+    step_s: float
+    launch_s: float
+    read_wait_s: float
+    device_ms: float | None = None
+
+    @property
+    def host_s(self) -> float:
+        """The CPU's own work in the round: everything but waiting for sampled tokens."""
+        return self.step_s - self.read_wait_s
+
+    @property
+    def engine_s(self) -> float:
+        """Scheduling and commit: the host time outside the runner."""
+        return self.step_s - self.launch_s - self.read_wait_s
+
+
+@dataclass
+class RunResult:
+    """One run of the workload in one mode."""
+
+    mode: str
+    wall_s: float
+    rounds: list[RoundTiming]
+    forwards: int
+    discarded_tokens: int
+    first_token_s: dict[str, float]
+    finish_s: dict[str, float]
+    outputs: dict[str, list[int]]
+    slots_returned: bool
+
+
+# --8<-- [start:timed_step]
+def timed_step(engine: BatchEngine, runner: TimedRunner) -> RoundTiming:
+    """Run one round and split its wall time into launch, read wait and the engine's own work."""
+    first_event = len(engine.trace.events)
+    runner.launch_s = runner.read_wait_s = 0.0
+    start = time.perf_counter()
+    engine.step()
+    step_s = time.perf_counter() - start
+    events = engine.trace.events[first_event:]
+    phases = {e.data["phase"] for e in events if e.kind == "schedule"}
+    launched = "none" if not phases else phases.pop() if len(phases) == 1 else "mixed"
+    read = any(e.kind == "read" for e in events)
+    return RoundTiming(engine.round_id, launched, read, step_s, runner.launch_s, runner.read_wait_s)
+# --8<-- [end:timed_step]
+
+
+def make_engine(model: CausalLM, workload: Workload, pipeline: bool) -> tuple[BatchEngine, TimedRunner]:
+    """A batch engine whose budget fits every prompt in round 1, so all requests decode together."""
+    n = workload.num_requests
+    runner = TimedRunner(ModelRunner(model, new_cache(model, workload.kv_capacity, n)))
+    engine = BatchEngine(runner, workload.kv_capacity, n, max_num_seqs=n,
+                         max_batched_tokens=sum(workload.prompt_lens), pipeline=pipeline)
+    return engine, runner
+
+
+def run_once(model: CausalLM, workload: Workload, prompts: dict[str, list[int]], mode: str) -> RunResult:
+    """Submit every request, step until all are finished and read, and time it."""
+    engine, runner = make_engine(model, workload, MODES[mode])
+    device = runner.inner.device
+    params = SamplingParams(max_new_tokens=workload.new_tokens, ignore_eos=True)
+    gc.collect()
+    synchronize(device)
+    start = time.perf_counter()
+    for request_id, prompt in prompts.items():
+        engine.submit(request_id, prompt, params)
+    rounds = []
+    while engine.has_unfinished():
+        rounds.append(timed_step(engine, runner))
+    synchronize(device)
+    wall_s = time.perf_counter() - start
+    device_ms = runner.device_ms()
+    for timing in rounds:
+        timing.device_ms = device_ms.get(timing.round_id)
+    return _result(engine, mode, wall_s, rounds)
+
+
+def _result(engine: BatchEngine, mode: str, wall_s: float, rounds: list[RoundTiming]) -> RunResult:
+    requests = engine.requests.values()
+    kv, state = engine.kv_pool, engine.state_pool
+    return RunResult(
+        mode=mode, wall_s=wall_s, rounds=rounds, forwards=len(engine.trace.of_kind("launch")),
+        discarded_tokens=sum(len(e.data["tokens"]) for e in engine.trace.of_kind("discard")),
+        first_token_s={r.request_id: r.first_token_at - r.submitted_at for r in requests},
+        finish_s={r.request_id: r.finished_at - r.submitted_at for r in requests},
+        outputs={r.request_id: list(r.output_token_ids) for r in requests},
+        slots_returned=kv.num_free == kv.capacity and state.num_free == state.capacity,
+    )
+
+
+def run_all(model: CausalLM, workload: Workload, repeats: int) -> dict[str, list[RunResult]]:
+    """Warm up, then run both modes ``repeats`` times, alternating which goes first."""
+    prompts = workload.prompts(model.config.vocab_size)
+    for mode in MODES:
+        for _ in range(WARMUP_RUNS):
+            run_once(model, workload, prompts, mode)
+    runs: dict[str, list[RunResult]] = {mode: [] for mode in MODES}
+    for i in range(repeats):
+        order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
+        for mode in order:
+            runs[mode].append(run_once(model, workload, prompts, mode))
+    return runs
+
+
+# --8<-- [start:summary]
+def steady_rounds(rounds: list[RoundTiming]) -> list[RoundTiming]:
+    """Rounds that launch a decode-only round and read one: the rounds both modes spend most time in."""
+    return [r for r in rounds if r.launched == "decode" and r.read]
+
+
+def run_summary(run: RunResult) -> dict[str, float | int | None]:
+    """One run in numbers: totals, median steady round, median request (times in ms)."""
+    steady = steady_rounds(run.rounds)
+
+    def median_ms(values: list[float]) -> float:
+        return 1e3 * statistics.median(values)
+
+    device = [r.device_ms for r in steady if r.device_ms is not None]
+    return {
+        "run_wall_ms": 1e3 * run.wall_s,
+        "steps": len(run.rounds),
+        "forwards": run.forwards,
+        "discarded_tokens": run.discarded_tokens,
+        "round_wall_ms": median_ms([r.step_s for r in steady]),
+        "round_host_ms": median_ms([r.host_s for r in steady]),
+        "round_read_wait_ms": median_ms([r.read_wait_s for r in steady]),
+        "round_launch_ms": median_ms([r.launch_s for r in steady]),
+        "round_engine_ms": median_ms([r.engine_s for r in steady]),
+        "round_device_ms": statistics.median(device) if device else None,
+        "read_wait_total_ms": 1e3 * sum(r.read_wait_s for r in run.rounds),
+        "first_token_ms": median_ms(list(run.first_token_s.values())),
+        "finish_ms": median_ms(list(run.finish_s.values())),
+    }
+# --8<-- [end:summary]
+
+
+def spread(values: list[float | int | None]) -> dict[str, float | int | None]:
+    """Median, minimum and maximum over the repetitions (all None when the value was not measured)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(present), "min": min(present), "max": max(present)}
+
+
+def _ms_rows(run: RunResult) -> list[dict[str, Any]]:
+    """Every round of one run, times in ms rounded to 0.1 µs."""
+    def ms(seconds: float) -> float:
+        return round(1e3 * seconds, 4)
+
+    return [{"round": r.round_id, "launched": r.launched, "read": r.read, "step_ms": ms(r.step_s),
+             "launch_ms": ms(r.launch_s), "read_wait_ms": ms(r.read_wait_s), "host_ms": ms(r.host_s),
+             "device_ms": None if r.device_ms is None else round(r.device_ms, 4)} for r in run.rounds]
+
+
+def mode_results(runs: list[RunResult]) -> dict[str, Any]:
+    """A mode's summary over repetitions, each repetition's numbers, and the median run in detail."""
+    summaries = [run_summary(run) for run in runs]
+    by_wall = sorted(range(len(runs)), key=lambda i: runs[i].wall_s)
+    median_run = runs[by_wall[(len(runs) - 1) // 2]]
+    return {
+        "summary": {key: spread([s[key] for s in summaries]) for key in SUMMARY_KEYS},
+        "repeats": summaries,
+        "median_run": {
+            "rounds": _ms_rows(median_run),
+            "first_token_ms": {k: round(1e3 * v, 4) for k, v in median_run.first_token_s.items()},
+            "finish_ms": {k: round(1e3 * v, 4) for k, v in median_run.finish_s.items()},
+        },
+    }
+
+
+def checks(runs: dict[str, list[RunResult]]) -> dict[str, Any]:
+    """Both modes, every repetition: the same tokens as the first synchronous run, every slot back."""
+    reference = runs["synchronous"][0].outputs
+    every = [run for mode_runs in runs.values() for run in mode_runs]
+    return {
+        "tokens_identical": all(run.outputs == reference for run in every),
+        "slots_returned": all(run.slots_returned for run in every),
+        "runs_compared": len(every),
+        "output_tokens_per_run": sum(len(v) for v in reference.values()),
+    }
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved command-line options."""
+
+    device: torch.device
+    dtype: torch.dtype
+    preset: str
+    repeats: int
+    workload: Workload
+    output: Path | None
+
+
+def build_report(argv: list[str], settings: Settings, model: CausalLM,
+                 runs: dict[str, list[RunResult]]) -> dict[str, Any]:
+    """The JSON document: provenance, configuration, per-mode results and checks (keys: REPORT_KEYS)."""
+    workload = settings.workload
+    config = {
+        "preset": settings.preset,
+        "model": {"architecture": "Qwen3.5 (random weights, built in code)",
+                  "parameters": sum(p.numel() for p in model.parameters()), **PRESETS[settings.preset]},
+        "requests": workload.num_requests, "prompt_lens": workload.prompt_lens,
+        "new_tokens": workload.new_tokens, "greedy": True, "ignore_eos": True, "seed": workload.seed,
+        "max_num_seqs": workload.num_requests, "max_batched_tokens": sum(workload.prompt_lens),
+        "kv_capacity": workload.kv_capacity, "repeats": settings.repeats, "warmup_runs": WARMUP_RUNS,
+        "cpu_threads": torch.get_num_threads(),
+    }
+    return {
+        "schema": SCHEMA_VERSION, "benchmark": "rounds",
+        "command": ["python", "-m", "mini_deepinfer.bench.rounds", *argv], "date": utc_now_iso(),
+        "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
+        "device": device_info(settings.device), "dtype": dtype_name(settings.dtype),
+        "torch": torch.__version__, "config": config,
+        "results": {mode: mode_results(mode_runs) for mode, mode_runs in runs.items()},
+        "checks": checks(runs),
+    }
+
+
+# --8<-- [start:table]
+def _cell(stats: dict[str, Any]) -> str:
+    median, low, high = stats["median"], stats["min"], stats["max"]
+    if median is None:
+        return "-"
+    if low == high:
+        return f"{median:g}" if isinstance(median, int) else f"{median:.3f}"
+    return f"{median:.3f} [{low:.3f}-{high:.3f}]"
+
+
+def _ratio(a: dict[str, Any], b: dict[str, Any]) -> str:
+    if a["median"] is None or b["median"] is None or a["median"] == 0:
+        return "-"
+    return f"{b['median'] / a['median']:.3f}"
+
+
+def summary_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(key, synchronous, cross_round, cross_round / synchronous) for every summary key.
+
+    A cell is the median over repetitions, with [min-max] when they differ.
+    """
+    sync = report["results"]["synchronous"]["summary"]
+    cross = report["results"]["cross_round"]["summary"]
+    return [(key, _cell(sync[key]), _cell(cross[key]), _ratio(sync[key], cross[key])) for key in SUMMARY_KEYS]
+
+
+def describe(report: dict[str, Any]) -> str:
+    """One line: where and on what the numbers were measured."""
+    device, config = report["device"], report["config"]
+    where = device["name"]
+    if device["type"] != "cpu":
+        where = f"{device['type']}:{device['index']} {device['name']}"
+    model = f"{config['model']['parameters']} parameters, random weights"
+    return (f"device={device['type']} ({where}), cpu_threads={config['cpu_threads']}, "
+            f"torch={report['torch']}, dtype={report['dtype']}, preset={config['preset']} ({model}), "
+            f"requests={config['requests']}x{config['new_tokens']} new tokens, "
+            f"repeats={config['repeats']}, date={report['date']}{_load(device)}")
+
+
+def _load(device: dict[str, Any]) -> str:
+    load = device.get("load_average_1m")
+    return "" if load is None else f", load_1m={load['before']:.2f}->{load['after']:.2f}"
+# --8<-- [end:table]
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The plain-text table the command prints."""
+    header = ("key", "synchronous", "cross_round", "cross/sync")
+    rows = [header, *summary_rows(report)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    verdict = "identical" if report["checks"]["tokens_identical"] else "DIFFERENT"
+    return "\n".join([describe(report), *lines, f"tokens of both modes: {verdict}"]) + "\n"
+
+
+def format_markdown(report: dict[str, Any]) -> str:
+    """The same table in Markdown, for the site (rendered from a committed JSON file)."""
+    lines = [f"`{describe(report)}`", "",
+             "| key | synchronous | cross_round | cross_round / synchronous |", "|---|---:|---:|---:|"]
+    lines += [f"| `{key}` | {sync} | {cross} | {ratio} |" for key, sync, cross, ratio in summary_rows(report)]
+    verdict = "identical" if report["checks"]["tokens_identical"] else "DIFFERENT"
+    runs = report["checks"]["runs_compared"]
+    lines += ["", f"`tokens_identical={str(report['checks']['tokens_identical']).lower()}` "
+              f"({runs} runs: {verdict})"]
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m mini_deepinfer.bench.rounds",
+                      description="Time rounds of a random Qwen3.5, synchronous vs cross-round.")
+    p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (default cpu)")
+    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
+    p.add_argument("--preset", default="small", help=f"model shape: {' or '.join(PRESETS)} (default small)")
+    p.add_argument("--repeats", type=int, default=9, help="measured runs per mode (default 9)")
+    p.add_argument("--requests", type=int, default=4, help="requests in the batch (default 4)")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens each request generates (default 64)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--output", type=Path, help="write the results as JSON to this file")
+    return p
+
+
+def resolve_settings(argv: list[str]) -> Settings:
+    """Parse and check the options; raises a ValueError with one line for bad input."""
+    a = build_parser().parse_args(argv)
+    if a.preset not in PRESETS:
+        raise UsageError(f"unknown preset {a.preset!r}: use {' or '.join(PRESETS)}")
+    for name, value in (("--repeats", a.repeats), ("--requests", a.requests), ("--new-tokens", a.new_tokens),
+                        ("--threads", a.threads)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be >= 1, got {value}")
+    if a.output is not None:
+        check_output_path(a.output)
+    if a.threads is not None:
+        torch.set_num_threads(a.threads)
+    return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, a.repeats,
+                    Workload(a.requests, a.new_tokens), a.output)
+
+
+def run_benchmark(settings: Settings, argv: list[str]) -> dict[str, Any]:
+    """Build the model, run both modes and return the JSON document."""
+    model = build_random_model(settings.preset, settings.dtype, settings.device, settings.workload.seed)
+    load_before = os.getloadavg()
+    runs = run_all(model, settings.workload, settings.repeats)
+    report = build_report(argv, settings, model, runs)
+    # other processes on the machine slow a CPU run down; the 1-minute load average tells a reader
+    report["device"]["load_average_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        settings = resolve_settings(argv)
+        report = run_benchmark(settings, argv)
+        if settings.output is not None:
+            write_record(settings.output, report)
+    except ValueError as exc:  # bad options, an unusable device or output path: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(report), end="")
+    if settings.output is not None:
+        print(f"wrote {settings.output}")
+    passed = report["checks"]["tokens_identical"] and report["checks"]["slots_returned"]
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+"""``python -m mini_deepinfer.model_draft_demo``: a random draft and target Qwen3.5, round by round.
+
+Scope: the CPU examples of lessons 12 and 13 and the two-model walkthrough. The target is a small Qwen3.5
+(three Gated DeltaNet layers, one gated attention layer, vocabulary 256) built in code with random weights
+from a fixed seed, at transformers' initialisation scale (0.02). The draft is a copy of it:
+
+* ``--cpu-example rejection``: the copy's weights plus noise (0.1 x each weight's standard deviation,
+  seed 25), so it agrees with the target only sometimes. The seed was picked so that one short run shows a
+  rejected first draft, a round where every draft is accepted, a partly accepted round, and a last round
+  whose width is cut by ``max_new_tokens``.
+* ``--cpu-example acceptance``: the exact copy, so every draft is accepted and the draft cache ends each
+  round one position behind, which the next round's top-up (two inputs) makes up.
+* ``--cpu-example sampling``: a noisier copy (0.5 x std, seed 3) and a request that samples (temperature
+  0.1, seed 0): every draft is drawn from the draft's distribution q and accepted with probability
+  ``min(1, p/q)``; a rejected draft is replaced by a draw from ``norm(max(0, p - q))``.
+
+One request (prompt ``[11, 22, 33]``) runs through ``Engine`` with a ``SpeculativeRunner``. With
+``--trace-rounds`` every round prints the draft's inputs and proposals, the target's one verify forward,
+what was accepted, how both caches were set back, and whether both caches equal a cold recomputation of
+the committed prefix. ``--output FILE`` writes a run record with the greedy and cold-cache checks.
+``--write-draft TARGET DRAFT`` writes a perturbed copy of a checkpoint folder, a draft for
+``python -m mini_deepinfer.generate --speculative`` when no real draft checkpoint is at hand.
+
+Non-scope: real weights and text (``generate``), sampling (lesson 14 and the notebook), timing (the
+benchmark ``python -m mini_deepinfer.bench.speculative``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .generate import OneLineParser, UsageError
+from .request import SamplingParams
+from .trace import Trace, TraceEvent, format_event
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .models.common import CausalLM
+    from .speculative import RoundDetail, SpeculativeRunner
+
+TARGET_SEED = 0
+PROMPT = (11, 22, 33)
+MAX_NEW_TOKENS = 12
+COLD_TOLERANCE = 1e-5  # float32, the largest difference allowed between the live and a cold cache
+
+
+@dataclass(frozen=True)
+class Example:
+    """One CPU example: how the draft is made from the target."""
+
+    name: str
+    noise: float  # perturbation, in units of each weight's standard deviation
+    noise_seed: int
+    description: str
+    temperature: float = 0.0  # 0 = greedy
+    seed: int | None = None  # the request's sampling seed
+
+
+# --8<-- [start:examples]
+EXAMPLES = {
+    "rejection": Example("rejection", noise=0.1, noise_seed=25,
+                         description="the target's weights plus noise (0.1 x each weight's std, seed 25)"),
+    "acceptance": Example("acceptance", noise=0.0, noise_seed=0,
+                          description="an exact copy of the target"),
+    "sampling": Example("sampling", noise=0.5, noise_seed=3, temperature=0.1, seed=0,
+                        description="the target's weights plus noise (0.5 x each weight's std, seed 3)"),
+}
+# --8<-- [end:examples]
+
+
+def demo_target(seed: int = TARGET_SEED) -> CausalLM:
+    """A random, untrained Qwen3.5 with 3 Gated DeltaNet layers, then 1 gated attention layer (vocab 256)."""
+    import torch
+
+    from .models import Qwen35Config, build_model
+
+    config = Qwen35Config(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=16,
+        layer_types=("linear_attention",) * 3 + ("full_attention",), initializer_range=0.02)
+    return build_model(config, torch.float32, "cpu", seed=seed)
+
+
+# --8<-- [start:perturbed_copy]
+def perturbed_copy(model: CausalLM, noise: float, seed: int) -> CausalLM:
+    """A copy of ``model`` whose matrices get Gaussian noise of ``noise`` x their own standard deviation.
+
+    Norm weights, decay rates and other vectors stay as they are. ``noise=0`` is an exact copy.
+    """
+    import torch
+
+    draft = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in draft.parameters():
+            if param.dim() >= 2 and noise:
+                scale = float(param.float().std()) * noise
+                param.add_((torch.randn(param.shape, generator=generator) * scale).to(param.dtype))
+    return draft
+# --8<-- [end:perturbed_copy]
+
+
+def make_engine(target: CausalLM, draft: CausalLM, width: int, trace: Trace) -> Engine:
+    """One request at a time; both caches have the same capacities, so one slot numbering serves both."""
+    from .engine import Engine
+    from .runner import new_cache
+    from .speculative import ModelDraft, SpeculativeRunner
+
+    kv_slots = len(PROMPT) + MAX_NEW_TOKENS + 1
+    runner = SpeculativeRunner(target, new_cache(target, kv_slots, 1),
+                               ModelDraft(draft, new_cache(draft, kv_slots, 1), width))
+    return Engine(runner, kv_slots, 1, trace=trace, spec_width=width)
+
+
+def _span(start: int, n: int) -> str:
+    return str(start) if n == 1 else f"{start}..{start + n - 1}"
+
+
+def detail_lines(round_id: int, d: RoundDetail) -> list[str]:
+    """The draft's inputs and proposals, the target's verify forward, the decision, the state restores."""
+    head = f"[round {round_id}]"
+    prop, n = d.proposal, d.start
+    topup = prop.inputs[0]
+    lines = [f"{head} draft    top-up inputs={topup} positions={_span(prop.topup_start, len(topup))} "
+             f"-> proposes {prop.drafts[0]}"]
+    for j, (inp, out) in enumerate(zip(prop.inputs[1:], prop.drafts[1:]), start=1):
+        lines.append(f"{head} draft    step   input={inp[0]} position={n + j} -> proposes {out}")
+    k = len(prop.drafts)
+    lines.append(f"{head} target   verify inputs={d.target_inputs} positions={_span(n, k + 1)} (one forward, "
+                 f"logits at all {k + 1} positions)")
+    lines.extend(_sampled_lines(head, d) if d.steps else [_greedy_line(head, d)])
+    lines.append(_target_restore_line(head, d))
+    lines.append(_draft_restore_line(head, d))
+    return lines
+
+
+def _greedy_line(head: str, d: RoundDetail) -> str:
+    drafts, k = d.proposal.drafts, len(d.proposal.drafts)
+    marks = " ".join(f"{t}{'=' if t == c else '≠'}{c}" for t, c in zip(drafts, d.target_choice))
+    if d.accepted == k:
+        verdict = f"all {k} accepted + bonus {d.group[-1]}"
+    else:
+        verdict = f"{d.accepted} accepted + correction {d.group[-1]}"
+    return f"{head} verify   draft=target argmax: {marks} -> {verdict}"
+
+
+def _sampled_lines(head: str, d: RoundDetail) -> list[str]:
+    """One line per acceptance test, then where the last token came from."""
+    lines = []
+    for step in d.steps:
+        chance = min(1.0, step.p / step.q)
+        verdict = "accepted" if step.accepted else "rejected"
+        lines.append(f"{head} verify   draft {step.token}: p={step.p:.3f} q={step.q:.3f} accept if u < "
+                     f"min(1, p/q) = {chance:.3f}; u={step.u:.3f} -> {verdict}")
+    if d.accepted == len(d.proposal.drafts):
+        lines.append(f"{head} verify   all {d.accepted} accepted; bonus {d.group[-1]} drawn from p")
+    else:
+        lines.append(f"{head} verify   {d.group[-1]} drawn from norm(max(0, p - q)) at position "
+                     f"{d.start + d.accepted + 1}")
+    return lines
+
+
+def _target_restore_line(head: str, d: RoundDetail) -> str:
+    n, k, a = d.start, len(d.proposal.drafts), d.accepted
+    if a == k:
+        return f"{head} restore  target state: keeps the state after position {n + k} (nothing rejected)"
+    return (f"{head} restore  target state slot <- captured state after position {n + a} "
+            f"(captured at {_span(n, k + 1)})")
+
+
+def _draft_restore_line(head: str, d: RoundDetail) -> str:
+    computed, kept = d.draft.computed, d.draft.kept
+    next_topup = d.start + d.accepted + 2  # the cache length after the next round's top-up
+    if kept == computed and d.accepted == len(d.proposal.drafts):
+        how = "all kept, one position behind"
+    elif kept == computed:
+        how = "all kept"
+    else:
+        how = f"state <- snapshot after position {kept - 1}"
+    return (f"{head} restore  draft cache: computed {computed} -> keep {kept} ({how}); "
+            f"next round tops up to {next_topup}")
+
+
+class RoundPrinter:
+    """Prints the engine's trace events and, at each verify, what the runner did in that round."""
+
+    def __init__(self, print_line: Callable[[str], None], trace_rounds: bool) -> None:
+        self.print_line = print_line
+        self.trace_rounds = trace_rounds
+        self.runner: SpeculativeRunner | None = None
+
+    def on_event(self, event: TraceEvent) -> None:
+        if not self.trace_rounds or event.kind in ("launch", "read"):
+            return
+        if event.kind == "verify":
+            for line in detail_lines(event.round_id, self.runner.details[event.request_id]):
+                self.print_line(line)
+        elif event.kind == "schedule" and event.data["phase"] == "decode":
+            d = event.data
+            width = len(d["inputs"]) - 1
+            self.print_line(f"[round {event.round_id}] schedule {event.request_id} decode  "
+                            f"input={d['inputs'][0]} "
+                            f"+ {width} draft positions, positions={_span(d['start_pos'], width + 1)} "
+                            f"slots={d['slots']}")
+        elif event.kind == "rollback":
+            freed = event.data["slots"]
+            kept = event.data["kept"]
+            self.print_line(f"[round {event.round_id}] rollback {event.request_id} frees KV slots {freed} "
+                            f"(positions {_span(kept, len(freed))}); keeps positions 0..{kept - 1}")
+        else:
+            self.print_line(format_event(event))
+
+
+@dataclass
+class ColdCheck:
+    """After every round: both caches against a cold recomputation of what they should hold."""
+
+    comparisons: int = 0
+    worst: float = 0.0
+
+    def check(self, engine: Engine) -> bool:
+        """Compare every running request's caches; True if all are within ``COLD_TOLERANCE``."""
+        from .speculative import cold_difference
+
+        runner = engine.runner
+        ok = True
+        for req in engine.running:
+            tokens = (list(req.prompt_token_ids) + req.output_token_ids)[: req.num_computed]
+            parts = [(runner.model, runner.cache, tokens)]
+            held = runner.draft.computed.get(req.request_id, 0)
+            if held:
+                parts.append((runner.draft.model, runner.draft.cache, tokens[:held]))
+            for model, cache, prefix in parts:
+                diff = max(cold_difference(model, cache, prefix, req.kv_slots, req.state_slot).values())
+                self.comparisons += 1
+                self.worst = max(self.worst, diff)
+                ok = ok and diff <= COLD_TOLERANCE
+        return ok
+
+
+def cache_line(engine: Engine, ok: bool) -> str:
+    runner = engine.runner
+    req = next(iter(engine.requests.values()))
+    target_held = req.num_computed if not req.finished else 0
+    draft_held = runner.draft.computed.get(req.request_id, 0)
+    verdict = "both equal a cold recomputation (1e-5)" if ok else "DIFFER from a cold recomputation"
+    held = (f"target holds {_held(target_held)}, draft holds {_held(draft_held)}"
+            if not req.finished else "nothing held")
+    return (f"[round {engine.round_id}] caches   {held}; KV free {engine.kv_pool.num_free}/"
+            f"{engine.kv_pool.capacity}" + (f"; {verdict}" if not req.finished else ""))
+
+
+def _held(n: int) -> str:
+    return f"0..{n - 1}" if n else "nothing"
+
+
+def run_example(example: Example, width: int, trace_rounds: bool,
+                print_line: Callable[[str], None] = print) -> tuple[Engine, ColdCheck]:
+    """Run the example's one request; print rounds and a summary; return the engine and the cold check."""
+    target = demo_target()
+    draft = perturbed_copy(target, example.noise, example.noise_seed)
+    printer = RoundPrinter(print_line, trace_rounds)
+    engine = make_engine(target, draft, width, Trace(listener=printer.on_event))
+    printer.runner = engine.runner
+    for line in header_lines(example, width, engine):
+        print_line(line)
+    cold = ColdCheck()
+    engine.submit("A", list(PROMPT), SamplingParams(max_new_tokens=MAX_NEW_TOKENS,
+                                                    temperature=example.temperature, seed=example.seed))
+    all_ok = True
+    while engine.has_unfinished():
+        engine.step()
+        ok = cold.check(engine)
+        all_ok = all_ok and ok
+        if trace_rounds:
+            print_line(cache_line(engine, ok))
+    for line in summary_lines(engine, cold, all_ok):
+        print_line(line)
+    return engine, cold
+
+
+def header_lines(example: Example, width: int, engine: Engine) -> list[str]:
+    return [
+        f"Target: random tiny Qwen3.5 (untrained, seed {TARGET_SEED}): 3 Gated DeltaNet layers + 1 gated "
+        f"attention layer, vocab 256, {_decoding(example)}.",
+        f"Draft: {example.description}.",
+        f"Request A: prompt {list(PROMPT)}, max_new_tokens {MAX_NEW_TOKENS}, draft width {width}; "
+        f"{engine.kv_pool.capacity} KV slots and 1 state slot, numbered alike in both caches.",
+    ]
+
+
+def _decoding(example: Example) -> str:
+    if example.temperature == 0:
+        return "greedy"
+    return f"sampling at temperature {example.temperature:g} (seed {example.seed})"
+
+
+def greedy_check_line(engine: Engine) -> str:
+    from .speculative import check_greedy
+
+    req = engine.requests["A"]
+    if not req.params.greedy:
+        return "Greedy check: not run (the request samples; its distribution is tested in lesson 14)."
+    greedy = check_greedy(engine.runner.model, [req])
+    verdict = "equal" if greedy["passed"] else "DIFFER from"
+    return f"Greedy check: {greedy['compared_tokens']} tokens {verdict} a plain greedy run of the target."
+
+
+def summary_lines(engine: Engine, cold: ColdCheck, cold_ok: bool) -> list[str]:
+    runner = engine.runner
+    req = engine.requests["A"]
+    stats = runner.stats
+    draft = runner.draft
+    return [
+        f"A: {req.output_token_ids} ({req.finish_reason.value})",
+        f"Committed groups: {req.committed_groups}",
+        f"Target forwards: {stats['target_forwards']} for {len(req.output_token_ids)} tokens; drafts "
+        f"accepted {stats['accepted']} of {stats['proposed']}.",
+        greedy_check_line(engine),
+        f"Cold-cache check: after every round both caches {'equal' if cold_ok else 'DIFFER from'} a cold "
+        f"recomputation of the committed prefix within {COLD_TOLERANCE:g} ({cold.comparisons} comparisons).",
+        f"Free slots: target KV {engine.kv_pool.num_free}/{engine.kv_pool.capacity}, state "
+        f"{engine.state_pool.num_free}/{engine.state_pool.capacity}; draft KV {draft.free_kv_slots()}/"
+        f"{draft.cache.kv_capacity}, state {draft.free_state_slots()}/{draft.cache.state_capacity}",
+    ]
+
+
+def build_record(argv: list[str], example: Example, width: int, engine: Engine, cold: ColdCheck,
+                 run_s: float):
+    """The run record of one example: both models, the request with its groups, both caches, the checks."""
+    import torch
+
+    from .device import device_info
+    from .records import RunRecord, model_info
+    from .speculative import check_greedy
+
+    runner = engine.runner
+    config = {"cpu_example": example.name, "width": width, "noise": example.noise,
+              "noise_seed": example.noise_seed, "temperature": example.temperature, "seed": example.seed,
+              "target_seed": TARGET_SEED, "prompt": list(PROMPT),
+              "max_new_tokens": MAX_NEW_TOKENS, "kv_slots": engine.kv_pool.capacity, "state_slots": 1}
+    record = RunRecord.start(["python", "-m", "mini_deepinfer.model_draft_demo", *argv], config)
+    record.device = device_info(torch.device("cpu"))
+    record.model = model_info(None, "Qwen3_5ForCausalLM", sum(p.numel() for p in runner.model.parameters()),
+                              "float32")
+    record.model["weights"] = f"random weights (built in code, seed {TARGET_SEED})"
+    record.draft_model = model_info(None, "Qwen3_5ForCausalLM",
+                                    sum(p.numel() for p in runner.draft.model.parameters()), "float32")
+    record.draft_model["weights"] = f"random weights: {example.description}"
+    req = engine.requests["A"]
+    first = None if req.first_token_at is None else req.first_token_at - req.submitted_at
+    record.add_request(prompt=None, prompt_token_ids=req.prompt_token_ids,
+                       output_token_ids=req.output_token_ids, text=None, finish_reason=req.finish_reason,
+                       first_token_s=first, committed_groups=req.committed_groups)
+    record.set_cache("target", engine.kv_pool.capacity, engine.kv_pool.num_free,
+                     engine.state_pool.capacity, engine.state_pool.num_free)
+    draft = runner.draft
+    record.set_cache("draft", draft.cache.kv_capacity, draft.free_kv_slots(), draft.cache.state_capacity,
+                     draft.free_state_slots())
+    if req.params.greedy:
+        record.add_check("check_greedy", check_greedy(runner.model, [req]))
+    record.add_check("cold_cache", {"comparisons": cold.comparisons, "tolerance": COLD_TOLERANCE,
+                                    "max_abs_diff": cold.worst, "passed": cold.worst <= COLD_TOLERANCE,
+                                    "compared": "KV of the committed prefix, conv windows and recurrent "
+                                                "states of both caches, after every round"})
+    record.add_check("acceptance", dict(runner.stats))
+    record.timings["load_s"], record.timings["run_s"] = 0.0, run_s
+    return record
+
+
+# --8<-- [start:write_draft]
+def write_perturbed_checkpoint(source: Path, output: Path, noise: float, seed: int,
+                               force: bool = False) -> int:
+    """Copy a checkpoint folder and add noise to every weight matrix; returns the number of tensors changed.
+
+    The copy keeps the tokenizer and config, so it can serve as a draft for the source checkpoint.
+    ``force`` replaces a non-empty ``output`` folder.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    if not (source / "config.json").is_file():
+        raise ValueError(f"{source} is not a checkpoint folder (no config.json)")
+    if output.exists() and any(output.iterdir()):
+        if not force:
+            raise ValueError(f"{output} exists and is not empty (use --force to replace it)")
+        shutil.rmtree(output)
+    shutil.copytree(source, output, dirs_exist_ok=True)
+    generator = torch.Generator().manual_seed(seed)
+    changed = 0
+    for path in sorted(output.glob("*.safetensors")):
+        tensors = load_file(str(path))
+        for name in sorted(tensors):
+            t = tensors[name]
+            if t.dim() >= 2 and t.is_floating_point():
+                scale = float(t.float().std()) * noise
+                tensors[name] = (t.float() + torch.randn(t.shape, generator=generator) * scale).to(t.dtype)
+                changed += 1
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    return changed
+# --8<-- [end:write_draft]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m mini_deepinfer.model_draft_demo",
+                      description="Speculative decoding on two random tiny Qwen3.5 models: the draft "
+                                  "proposes, the target verifies, both caches are set back after a "
+                                  "rejection.")
+    p.add_argument("--cpu-example", choices=list(EXAMPLES), default="rejection",
+                   help="rejection: a perturbed draft that agrees sometimes; acceptance: an exact copy; "
+                        "sampling: a sampled request, accepted with probability min(1, p/q) "
+                        "(default rejection)")
+    p.add_argument("--width", type=int, default=3, help="draft tokens per round, 1..16 (default 3)")
+    p.add_argument("--trace-rounds", action="store_true", help="print every round")
+    p.add_argument("--output", type=Path, help="write a run record (JSON) to this file")
+    p.add_argument("--write-draft", nargs=2, type=Path, metavar=("TARGET_DIR", "DRAFT_DIR"),
+                   help="write a perturbed copy of a checkpoint folder (a draft for it) and exit")
+    p.add_argument("--noise", type=float, default=0.1,
+                   help="with --write-draft: noise in units of each weight's std (default 0.1)")
+    p.add_argument("--seed", type=int, default=0, help="with --write-draft: noise seed (default 0)")
+    p.add_argument("--force", action="store_true", help="with --write-draft: replace DRAFT_DIR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        a = build_parser().parse_args(argv)
+        if a.write_draft:
+            if a.noise < 0:
+                raise UsageError(f"--noise must be >= 0, got {a.noise}")
+            changed = write_perturbed_checkpoint(*a.write_draft, noise=a.noise, seed=a.seed, force=a.force)
+            print(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their std")
+            return 0
+        if not 1 <= a.width <= 16:
+            raise UsageError(f"--width must be in 1..16, got {a.width}")
+        if a.output:
+            from .records import check_output_path
+
+            check_output_path(a.output)
+        import torch
+
+        torch.set_num_threads(1)  # fastest for so small a model, and the same numbers on any machine
+        example = EXAMPLES[a.cpu_example]
+        start = time.perf_counter()
+        engine, cold = run_example(example, a.width, a.trace_rounds)
+        if a.output:
+            build_record(argv, example, a.width, engine, cold, time.perf_counter() - start).write(a.output)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,300 @@
+"""``python -m mini_deepinfer.pipeline_demo``: requests A, B and C share rounds on a random tiny Qwen3.5.
+
+Scope: the batching demo of lessons 3 and 4 and the A/B/C walkthrough. A small Qwen3.5 (three Gated DeltaNet
+layers, one gated attention layer) is built in code with random weights from a fixed seed: no checkpoint, no
+tokenizer, prompts are token ids and outputs are the token ids greedy decoding picks. A ``BatchEngine`` with a
+small token budget, chunked prefill and a small cache runs three requests:
+
+* B, a short prompt that arrives first and finishes first;
+* A, a long prompt that is prefilled in chunks across rounds while B decodes;
+* C, which arrives after round 1, waits while the slots left are promised to A and B, and is admitted into
+  the KV slots and the state slot that B gave back.
+
+Each round is printed from the engine's trace events (``schedule``, ``commit``, ``finish``, ``free``; with
+``--pipeline`` also ``launch`` and ``read``), plus four kinds of line derived from those events and the
+engine's pools: ``admit`` (a request's first chunk: its state slot and its worst-case KV reservation),
+``waiting`` (a request left in the queue after the round was scheduled, with the numbers that kept it there),
+``budget`` (tokens in the round) and ``cache`` (KV and state slots taken and given back, and what is free).
+Non-scope: real weights and text (``python -m mini_deepinfer.generate``), timing, sampling other than greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .generate import OneLineParser, UsageError
+from .request import Request, SamplingParams
+from .trace import Trace, TraceEvent, format_event
+
+if TYPE_CHECKING:
+    import torch
+
+    from .batch import BatchEngine
+
+MODEL_SEED = 0
+QUIET_KINDS = {"launch", "read"}  # printed only with --pipeline, where their order is the point
+
+
+@dataclass(frozen=True)
+class DemoRequest:
+    """One request of the demo: its prompt, its length limit, and the round after which it arrives."""
+
+    request_id: str
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    arrives_after_round: int
+
+
+# --8<-- [start:requests]
+DEMO_REQUESTS = (
+    DemoRequest("B", (5, 6, 7, 8), max_new_tokens=5, arrives_after_round=0),
+    DemoRequest("A", tuple(range(100, 118)), max_new_tokens=5, arrives_after_round=0),
+    DemoRequest("C", (9, 8, 7, 6, 5), max_new_tokens=3, arrives_after_round=3),
+)
+# --8<-- [end:requests]
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """The engine settings of a demo run (the command-line flags)."""
+
+    max_batched_tokens: int = 8
+    kv_slots: int = 36
+    max_num_seqs: int = 3
+    chunked_prefill: bool = True
+    pipeline: bool = False
+
+
+def demo_model(seed: int = MODEL_SEED) -> torch.nn.Module:
+    """A random, untrained Qwen3.5 small enough for two CPU cores: 3 Gated DeltaNet layers, then 1 attention.
+
+    ``initializer_range=0.1`` (rather than 0.02) makes the greedy tokens vary from step to step.
+    """
+    import torch
+
+    from .models import Qwen35Config, build_model
+
+    config = Qwen35Config(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=16,
+        layer_types=("linear_attention",) * 3 + ("full_attention",), initializer_range=0.1)
+    return build_model(config, torch.float32, "cpu", seed=seed)
+
+
+def make_engine(model: torch.nn.Module, options: DemoOptions, trace: Trace) -> BatchEngine:
+    """A ``BatchEngine`` over a ``ModelRunner``; one state slot per admissible request."""
+    from .batch import BatchEngine
+    from .runner import ModelRunner, new_cache
+
+    runner = ModelRunner(model, new_cache(model, options.kv_slots, options.max_num_seqs))
+    return BatchEngine(runner, options.kv_slots, options.max_num_seqs, max_num_seqs=options.max_num_seqs,
+                       max_batched_tokens=options.max_batched_tokens, chunked_prefill=options.chunked_prefill,
+                       pipeline=options.pipeline, trace=trace)
+
+
+# --8<-- [start:drive]
+def drive(engine: BatchEngine, requests: tuple[DemoRequest, ...],
+          after_step: Callable[[], None] = lambda: None) -> None:
+    """Submit each request once its arrival round has passed; step until everything is done."""
+    pending = sorted(requests, key=lambda r: r.arrives_after_round)
+    while pending or engine.has_unfinished():
+        while pending and pending[0].arrives_after_round <= engine.round_id:
+            req = pending.pop(0)
+            engine.submit(req.request_id, list(req.prompt), SamplingParams(max_new_tokens=req.max_new_tokens))
+        engine.step()
+        after_step()
+# --8<-- [end:drive]
+
+
+class RoundPrinter:
+    """Turns trace events into the demo's lines; adds admit, waiting, budget and cache lines.
+
+    The extra lines read the engine's queues and pools at the moment an event arrives; they decide nothing.
+    """
+
+    def __init__(self, options: DemoOptions, print_line: Callable[[str], None]) -> None:
+        self.options = options
+        self.print_line = print_line
+        self.engine: BatchEngine | None = None
+        self.round_tokens = 0
+        self.kv_taken = self.kv_given_back = self.state_taken = self.state_given_back = 0
+        self.cache_round = 0  # the round whose changes the counters above hold
+
+    def on_event(self, event: TraceEvent) -> None:
+        self._start_round(event.round_id)
+        if event.kind == "schedule":
+            self._on_schedule(event)
+        elif event.kind == "free":
+            self.kv_given_back += len(event.data["slots"])
+            self.state_given_back += int(event.data.get("state_slot") is not None)
+        if event.kind == "launch":
+            self._on_launch(event)
+        elif self.options.pipeline or event.kind not in QUIET_KINDS:
+            self.print_line(format_event(event))
+
+    def _start_round(self, round_id: int) -> None:
+        if round_id != self.cache_round:
+            self.round_tokens = self.kv_taken = self.kv_given_back = 0
+            self.state_taken = self.state_given_back = 0
+            self.cache_round = round_id
+
+    def _on_schedule(self, event: TraceEvent) -> None:
+        req = self.engine.requests[event.request_id]
+        if event.data["start_pos"] == 0:  # the first chunk: the request was admitted just now
+            self.state_taken += 1
+            self.print_line(
+                f"[round {event.round_id}] admit    {req.request_id} state slot {req.state_slot}, reserves "
+                f"{req.max_cache_tokens()} KV slots (prompt {req.prompt_len} + "
+                f"max_new_tokens {req.params.max_new_tokens})")
+        self.kv_taken += len(event.data["slots"])
+        self.round_tokens += len(event.data["inputs"])
+
+    def _on_launch(self, event: TraceEvent) -> None:
+        """All of this round is scheduled: say who was left waiting, and how much of the budget ran."""
+        budget = self.options.max_batched_tokens
+        for line in waiting_lines(self.engine, budget - self.round_tokens):
+            self.print_line(line)
+        self.print_line(f"[round {event.round_id}] budget   {self.round_tokens}/{budget} tokens")
+        if self.options.pipeline:
+            self.print_line(format_event(event))
+
+    def round_done(self) -> None:
+        """Called after each ``step()``: what the round took from and gave back to the cache."""
+        engine = self.engine
+        self._start_round(engine.round_id)
+        kv, state = engine.kv_pool, engine.state_pool
+        self.print_line(
+            f"[round {engine.round_id}] cache    KV +{self.kv_taken} -{self.kv_given_back} -> "
+            f"free {kv.num_free}/{kv.capacity}, {kv.num_free - engine.reserved_kv()} unreserved; "
+            f"state +{self.state_taken} -{self.state_given_back} -> free {state.num_free}/{state.capacity}")
+
+
+def waiting_lines(engine: BatchEngine, budget_left: int) -> list[str]:
+    """Why each queued request did not start this round, read from the engine right after scheduling.
+
+    The checks follow ``BatchEngine._chunk_size``: running requests against ``max_num_seqs``, then the
+    cache (``can_admit``), then the budget; the first request that stops there keeps the later ones out.
+    """
+    lines = []
+    blocked_by = None
+    for req in engine.waiting:
+        if blocked_by is not None:
+            why = f"behind {blocked_by} (first come, first served)"
+        elif len(engine.running) >= engine.max_num_seqs:
+            why = f"max_num_seqs {engine.max_num_seqs} reached ({len(engine.running)} running)"
+        elif not engine.can_admit(req):
+            why = cache_shortage(engine, req)
+        elif engine.chunked_prefill:
+            why = "no token budget left in this round"
+        else:
+            why = f"prompt of {req.prompt_len} tokens, {budget_left} left in the budget (no chunking)"
+        lines.append(f"[round {engine.round_id}] waiting  {req.request_id} {why}")
+        blocked_by = req.request_id
+    return lines
+
+
+def cache_shortage(engine: BatchEngine, req: Request) -> str:
+    """What ``can_admit`` found missing: KV slots beyond the running requests' reservations, a state slot."""
+    unreserved = engine.kv_pool.num_free - engine.reserved_kv()
+    missing = []
+    if unreserved < req.max_cache_tokens():
+        missing.append(f"needs {req.max_cache_tokens()} KV slots, {unreserved} unreserved")
+    if engine.state_pool is not None and engine.state_pool.num_free == 0:
+        missing.append("no state slot free")
+    return "; ".join(missing)
+
+
+def run_demo(options: DemoOptions, print_line: Callable[[str], None] = print,
+             model: torch.nn.Module | None = None) -> BatchEngine:
+    """Run A, B and C through a ``BatchEngine``, printing every round; returns the engine for inspection."""
+    printer = RoundPrinter(options, print_line)
+    model = model if model is not None else demo_model()
+    engine = make_engine(model, options, Trace(listener=printer.on_event))
+    printer.engine = engine
+    check_requests_fit(engine)
+    for line in header_lines(options):
+        print_line(line)
+    drive(engine, DEMO_REQUESTS, after_step=printer.round_done)
+    for line in summary_lines(engine):
+        print_line(line)
+    return engine
+
+
+def check_requests_fit(engine: BatchEngine) -> None:
+    """Refuse options under which some request could never run, before any round is printed."""
+    for demo in DEMO_REQUESTS:
+        engine.check_fits(Request(demo.request_id, demo.prompt, SamplingParams(demo.max_new_tokens)))
+
+
+def summary_lines(engine: BatchEngine) -> list[str]:
+    """Each request's output and finish reason, then the free slot counts."""
+    lines = []
+    for rid in sorted(engine.requests):
+        req = engine.requests[rid]
+        lines.append(f"{rid}: {req.output_token_ids} ({req.finish_reason.value})")
+    kv, state = engine.kv_pool, engine.state_pool
+    lines.append(f"Free slots: KV {kv.num_free}/{kv.capacity}, state {state.num_free}/{state.capacity}")
+    return lines
+
+
+def header_lines(options: DemoOptions) -> list[str]:
+    chunking = "chunked prefill" if options.chunked_prefill else "whole prompts only"
+    mode = "cross-round (--pipeline)" if options.pipeline else "synchronous"
+    return [
+        f"Random tiny Qwen3.5 (untrained, seed {MODEL_SEED}): 3 Gated DeltaNet layers + 1 gated attention "
+        "layer, vocab 256, greedy.",
+        f"BatchEngine: budget {options.max_batched_tokens} tokens per round, {chunking}, max_num_seqs "
+        f"{options.max_num_seqs}, {options.kv_slots} KV slots, {options.max_num_seqs} state slots, {mode}.",
+    ]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m mini_deepinfer.pipeline_demo",
+                      description="Requests A, B and C through BatchEngine on a random tiny Qwen3.5: "
+                                  "a long prompt chunked across rounds, a short one finishing first, and a "
+                                  "late one waiting for the slots the short one releases.")
+    defaults = DemoOptions()
+    p.add_argument("--max-batched-tokens", type=int, default=defaults.max_batched_tokens,
+                   help=f"token budget of one round (default {defaults.max_batched_tokens})")
+    p.add_argument("--kv-slots", type=int, default=defaults.kv_slots,
+                   help=f"KV slots in the cache, all requests together (default {defaults.kv_slots})")
+    p.add_argument("--max-num-seqs", type=int, default=defaults.max_num_seqs,
+                   help=f"requests running at once, also the number of state slots "
+                        f"(default {defaults.max_num_seqs})")
+    p.add_argument("--no-chunked-prefill", action="store_true",
+                   help="run each prompt whole in one round (a prompt over the budget is refused)")
+    p.add_argument("--pipeline", action="store_true",
+                   help="cross-round execution: launch round N+1 before reading round N")
+    return p
+
+
+def parse_options(argv: list[str]) -> DemoOptions:
+    a = build_parser().parse_args(argv)
+    for flag, value in (("--max-batched-tokens", a.max_batched_tokens), ("--kv-slots", a.kv_slots),
+                        ("--max-num-seqs", a.max_num_seqs)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    return DemoOptions(a.max_batched_tokens, a.kv_slots, a.max_num_seqs, not a.no_chunked_prefill, a.pipeline)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        options = parse_options(argv)
+        import torch
+
+        torch.set_num_threads(1)  # fastest for so small a model, and the same on any number of cores
+        run_demo(options)
+    except ValueError as exc:  # bad flags, or a request the chosen cache or budget can never serve
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""The two-model command lines: ``generate --speculative`` on a random tiny checkpoint, and the CPU demo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mini_deepinfer import model_draft_demo
+from mini_deepinfer.generate import main
+from mini_deepinfer.model_draft_demo import write_perturbed_checkpoint
+
+
+@pytest.fixture(scope="module")
+def draft_checkpoint(tiny_checkpoint, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("draft") / "tiny-draft"
+    write_perturbed_checkpoint(tiny_checkpoint, folder, noise=0.3, seed=0)
+    return folder
+
+
+def generate(capsys, *args: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def spec_args(target, draft, *extra) -> list:
+    return ["--model", target, "--draft-model", draft, "--speculative",
+            "--prompt", "The capital of France is", "--raw", "--max-new-tokens", "10",
+            "--cache-capacity", "128", *extra]
+
+
+def test_speculative_generate_records_both_models_groups_caches_and_the_greedy_check(
+        tiny_checkpoint, draft_checkpoint, capsys, tmp_path):
+    out_file = tmp_path / "run.json"
+    code, out, err = generate(capsys, *spec_args(tiny_checkpoint, draft_checkpoint, "--draft-width", "3",
+                                                 "--check-greedy", "--output", out_file))
+    assert code == 0, err
+    assert "free KV slots 128/128; draft free KV slots 128/128]" in out
+    record = json.loads(out_file.read_text(encoding="utf-8"))
+    (request,) = record["requests"]
+    assert [t for g in request["committed_groups"] for t in g] == request["output_token_ids"]
+    assert max(len(g) for g in request["committed_groups"]) <= 4
+    assert record["draft_model"]["path"] == str(draft_checkpoint)
+    assert record["cache"]["draft"]["kv"] == {"capacity": 128, "free": 128}
+    assert record["checks"]["check_greedy"] == {
+        "compared_tokens": 10, "passed": True, "differing_requests": [],
+        "note": "only the delivered prefix is compared"}
+    assert record["config"]["speculative"] is True and record["config"]["draft_width"] == 3
+
+
+def test_stream_cancel_stops_at_a_group_boundary_and_both_caches_return_every_slot(
+        tiny_checkpoint, draft_checkpoint, capsys, tmp_path):
+    out_file = tmp_path / "run.json"
+    code, out, _ = generate(capsys, *spec_args(tiny_checkpoint, draft_checkpoint, "--stream",
+                                               "--cancel-after-tokens", "2", "--check-greedy",
+                                               "--output", out_file))
+    assert code == 0
+    (request,) = json.loads(out_file.read_text(encoding="utf-8"))["requests"]
+    groups = request["committed_groups"]
+    assert request["finish_reason"] == "cancelled"
+    # the group that reached 2 tokens is delivered whole
+    assert sum(len(g) for g in groups[:-1]) < 2 <= sum(len(g) for g in groups)
+    n = len(request["output_token_ids"])
+    assert f"[cancelled; {n} output tokens; free KV slots 128/128; draft free KV slots 128/128]" in out
+
+
+@pytest.mark.parametrize("width", ["0", "17"])
+def test_draft_width_outside_1_to_16_is_a_one_line_error(capsys, width):
+    code, out, err = generate(capsys, "--model", "x", "--draft-model", "y", "--speculative", "--prompt", "a",
+                              "--draft-width", width)
+    assert code == 2 and not out
+    assert err == f"error: --draft-width must be in 1..16, got {width}\n"
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--speculative"], "--speculative needs --draft-model"),
+    (["--draft-model", "y"], "used only with --speculative"),
+    (["--speculative", "--draft-model", "y", "--pipeline"], "cannot be combined with --pipeline"),
+    (["--check-greedy", "--temperature", "0.7"], "cannot be combined with sampling"),
+])
+def test_inconsistent_two_model_flags_are_refused_before_loading(capsys, flags, message):
+    code, _, err = generate(capsys, "--model", "x", "--prompt", "a", *flags)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_draft_with_another_tokenizer_is_refused(tiny_checkpoint, draft_checkpoint, capsys, tmp_path):
+    other = tmp_path / "other-draft"
+    write_perturbed_checkpoint(draft_checkpoint, other, noise=0.0, seed=0)
+    tokenizer = json.loads((other / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    vocab["!"], vocab['"'] = vocab['"'], vocab["!"]  # the same size, two ids swapped
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    code, _, err = generate(capsys, *spec_args(tiny_checkpoint, other))
+    assert code == 2 and "tokenizer" in err and "differs" in err
+
+
+def test_demo_rejection_example_restores_the_draft_from_6_to_4_and_tops_up_to_5(capsys, tmp_path):
+    out_file = tmp_path / "rejection.json"
+    assert model_draft_demo.main(["--cpu-example", "rejection", "--trace-rounds", "--width", "3",
+                                  "--output", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    assert "draft cache: computed 6 -> keep 4" in out and "next round tops up to 5" in out
+    assert "all 3 accepted + bonus" in out and "2 accepted + correction" in out
+    record = json.loads(out_file.read_text(encoding="utf-8"))
+    assert record["checks"]["check_greedy"]["passed"] and record["checks"]["cold_cache"]["passed"]
+    assert record["cache"]["target"] == record["cache"]["draft"] == {
+        "kv": {"capacity": 16, "free": 16}, "state": {"capacity": 1, "free": 1}}
+
+
+def test_demo_width_outside_1_to_16_is_a_one_line_error(capsys):
+    assert model_draft_demo.main(["--width", "0"]) == 2
+    assert capsys.readouterr().err == "error: --width must be in 1..16, got 0\n"
