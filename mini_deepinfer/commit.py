@@ -3,6 +3,8 @@
 Scope: reading a round's sampled tokens back into requests. Tokens are committed in order, one at a
 time, and the stop conditions (eos, length) are checked after every token; whatever was computed after
 a stop is discarded. A finished request's slots are released only when no launched round still uses them.
+After a speculative round (a group of accepted drafts plus one token) a running request's KV is trimmed to
+its committed prefix (``Engine.rollback``).
 Non-scope: choosing what runs (``engine.py``, ``batch.py``) and computing tokens (runners).
 """
 

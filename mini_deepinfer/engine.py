@@ -3,7 +3,9 @@
 Scope: submitting and cancelling requests, admitting them into the cache (KV slots per token, one
 state slot per request), the ``step()`` loop, and the simplest schedule: one request at a time, whole
 prompt first, then one decode token per round. ``BatchEngine`` (``batch.py``) replaces only
-``schedule()``; cross-round execution (``pipeline.py``) changes only *when* a launched round is read.
+``schedule()``; cross-round execution (``pipeline.py``) changes only *when* a launched round is read. With
+``spec_width`` a decode also takes the positions of the draft tokens it verifies, and ``rollback`` gives back
+those that were rejected (speculative decoding; the runner is ``speculative.SpeculativeRunner``).
 Non-scope: tensors (runners), deciding what a sampled token means (``commit.py``).
 This module imports nothing outside the standard library.
 """

@@ -45,6 +45,7 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
+from tqdm import tqdm
 
 from mini_deepinfer.models import build_model
 from mini_deepinfer.models.config import ModelConfig, config_from_hf_dict
@@ -617,15 +618,19 @@ def random_shards(
     """Yield ``(file name, tensors)`` one shard at a time, so memory holds one shard only.
 
     Tensors are drawn in the same order whatever the shard size, so the values depend on the seed only.
+    A progress bar (one step per tensor) shows on stderr when stderr is a terminal.
     """
     shapes = tensor_shapes(config)
     shards = plan_shards(shapes, torch.empty(0, dtype=dtype).element_size(), max_shard_size)
     gen = torch.Generator().manual_seed(seed)
-    for file_name, names in zip(shard_file_names(len(shards)), shards):
-        yield (
-            file_name,
-            {checkpoint_name(n, config): random_tensor(n, shapes[n], config, gen).to(dtype) for n in names},
-        )
+    with tqdm(total=len(shapes), desc="random weights", unit="tensor", disable=not sys.stderr.isatty(),
+              leave=False) as bar:
+        for file_name, names in zip(shard_file_names(len(shards)), shards):
+            tensors = {}
+            for n in names:
+                tensors[checkpoint_name(n, config)] = random_tensor(n, shapes[n], config, gen).to(dtype)
+                bar.update()
+            yield file_name, tensors
 
 
 def write_weights(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_scripts.svg_figure import draw_svg, new_figure
+from site_scripts.svg_figure import WIDTH, draw_svg, new_figure
 
 Labels = dict[str, str]
 Report = dict[str, Any]
@@ -27,26 +27,34 @@ ROUNDS_COUNTS = ("steps", "forwards", "discarded_tokens")
 DRAFT_MARKERS = {"always": "o", "sometimes": "s", "never": "X", "half-depth": "D"}
 
 
-def chart_title(labels: Labels, device: dict[str, Any], dtype: str, date: str, config: dict[str, Any]) -> str:
+def chart_title(labels: Labels, report: Report) -> str:
     """The title, then a line with the device, dtype, date (day only) and workload of the measurement."""
+    device = report["device"]
     where = device["name"] if device["type"] == "cpu" else f"{device['type']} {device['name']}"
-    measured = labels["measured_on"].format(device=where, dtype=dtype, date=date[:10])
+    measured = labels["measured_on"].format(device=where, dtype=report["dtype"], date=report["date"][:10])
+    config = report["config"]
     workload = labels["workload"].format(preset=config["preset"], repeats=config["repeats"])
     return f"{labels['title']}\n{measured} · {workload}"
 
 
 def grouped_bars(ax: Any, keys: tuple[str, ...], sides: list[tuple[str, str, list[float]]],
-                 errors: list[list[list[float]]] | None = None) -> None:
-    """Horizontal bars, one group per key, one bar per side ``(label, colour, values)``, values printed."""
+                 errors: list[list[list[float]]] | None = None) -> list[Any]:
+    """Horizontal bars, one group per key, one bar per side ``(label, colour, values)``, values printed.
+
+    Returns each side's bars (legend handles).
+    """
     height = 0.8 / len(sides)
+    handles = []
     for i, (label, color, values) in enumerate(sides):
         ys = [k + (i - (len(sides) - 1) / 2) * height for k in range(len(keys))]
         bars = ax.barh(ys, values, height=height * 0.95, color=color, label=label,
                        xerr=None if errors is None else errors[i], ecolor="#333333", capsize=2)
         ax.bar_label(bars, fmt="%.4g", padding=3, fontsize=7.5)
+        handles.append(bars)
     ax.set_yticks(range(len(keys)))
     ax.invert_yaxis()
     ax.margins(x=0.25)
+    return handles
 
 
 def median_and_spread(summaries: list[dict[str, float]]) -> tuple[list[float], list[list[float]]]:
@@ -60,10 +68,10 @@ def rounds_chart(report: Report, labels: Labels) -> str:
     """Synchronous against cross-round: times (median, runs' spread) on the left, counts on the right."""
     def draw() -> Any:
         sync, cross = (report["results"][mode]["summary"] for mode in ("synchronous", "cross_round"))
-        figure, (times, counts) = new_figure(9.0, 3.6, ncols=2, width_ratios=[1.4, 1])
+        figure, (times, counts) = new_figure(WIDTH, 3.4, ncols=2, width_ratios=[1.4, 1])
         sync_t, sync_err = median_and_spread([sync[k] for k in ROUNDS_TIMES])
         cross_t, cross_err = median_and_spread([cross[k] for k in ROUNDS_TIMES])
-        grouped_bars(times, ROUNDS_TIMES, [(labels["synchronous"], SYNC, sync_t),
+        handles = grouped_bars(times, ROUNDS_TIMES, [(labels["synchronous"], SYNC, sync_t),
                                            (labels["cross_round"], CROSS, cross_t)], [sync_err, cross_err])
         times.set_yticklabels([labels[k] for k in ROUNDS_TIMES])
         times.set_xlabel(labels["ms"])
@@ -73,8 +81,8 @@ def rounds_chart(report: Report, labels: Labels) -> str:
                                                                              ROUNDS_COUNTS])])
         counts.set_yticklabels([labels[k] for k in ROUNDS_COUNTS])
         counts.set_xlabel(labels["count"])
-        times.legend(loc="lower right")
-        figure.suptitle(chart_title(labels, report["device"], report["dtype"], report["date"], report["config"]))
+        figure.legend(handles=handles, loc="outside lower center", ncols=2)
+        figure.suptitle(chart_title(labels, report))
         return figure
 
     return draw_svg(draw)
@@ -94,7 +102,7 @@ def speculative_chart(report: Report, labels: Labels) -> str:
     """Time relative to plain decoding, and forwards per token, against the acceptance rate."""
     def draw() -> Any:
         plain = report["results"]["plain"]["wall_ms"]["median"]
-        figure, (cost, forwards) = new_figure(9.5, 4.0, ncols=2)
+        figure, (cost, forwards) = new_figure(WIDTH, 5.0, ncols=2)
         widths = sorted({w for _, w, _ in speculative_points(report)})
         colors = {w: c for w, c in zip(widths, (SYNC, CROSS, "#2ca02c", "#d62728"))}
         for draft, width, result in speculative_points(report):
@@ -112,8 +120,8 @@ def speculative_chart(report: Report, labels: Labels) -> str:
         for ax in (cost, forwards):
             ax.set_xlabel(labels["acceptance"])
             ax.set_xlim(-0.05, 1.05)
-        figure.legend(handles=speculative_legend(report, colors, labels), loc="outside right center")
-        figure.suptitle(chart_title(labels, report["device"], report["dtype"], report["date"], report["config"]))
+        figure.legend(handles=speculative_legend(report, colors, labels), loc="outside lower center", ncols=2)
+        figure.suptitle(chart_title(labels, report))
         return figure
 
     return draw_svg(draw)
@@ -137,12 +145,12 @@ def speculative_legend(report: Report, colors: dict[int, str], labels: Labels) -
 def transformers_chart(report: Report, labels: Labels) -> str:
     """Our engine against transformers: prefill seconds per prompt length, decode tokens/s per batch size."""
     def draw() -> Any:
-        ours, theirs = report["ours"], report["transformers"]
+        ours, theirs = report["ours"], report["transformers_side"]
         lengths, batches = tuple(ours["prefill"]), tuple(ours["decode"])
-        figure, (prefill, decode) = new_figure(9.0, 3.4, ncols=2)
+        figure, (prefill, decode) = new_figure(WIDTH, 3.2, ncols=2)
         ours_p, ours_err = median_and_spread([ours["prefill"][n] for n in lengths])
         theirs_p, theirs_err = median_and_spread([theirs["prefill"][n] for n in lengths])
-        grouped_bars(prefill, lengths, [(labels["ours"], OURS, ours_p),
+        handles = grouped_bars(prefill, lengths, [(labels["ours"], OURS, ours_p),
                                         (labels["transformers"], THEIRS, theirs_p)], [ours_err, theirs_err])
         prefill.set_yticklabels([labels["prompt_tokens"].format(n=n) for n in lengths])
         prefill.set_xlabel(labels["prefill_s"])
@@ -151,9 +159,8 @@ def transformers_chart(report: Report, labels: Labels) -> str:
                                        (labels["transformers"], THEIRS, speeds[1])])
         decode.set_yticklabels([labels["batch"].format(n=b) for b in batches])
         decode.set_xlabel(labels["tokens_per_s"])
-        prefill.legend(loc="lower right")
-        machine = report["machine"]
-        figure.suptitle(chart_title(labels, machine, machine["dtype"], report["date"], report["config"]))
+        figure.legend(handles=handles, loc="outside lower center", ncols=2)
+        figure.suptitle(chart_title(labels, report))
         return figure
 
     return draw_svg(draw)

@@ -8,10 +8,12 @@ i18n plugin serves the file of the page's language under that name. Pictures:
 * ``abc-rounds``: ``python -m mini_deepinfer.pipeline_demo`` (lessons 3 and 4, the A/B/C walkthrough);
 * ``cross-round-timeline``: ``python -m mini_deepinfer`` and ``python -m mini_deepinfer --pipeline``
   (lessons 10 and 11, the cross-round notes);
-* ``speculative-rounds``: ``python -m mini_deepinfer.model_draft_demo --cpu-example rejection --width 3``
-  (lessons 12 and 13, the two-model walkthrough);
-* ``bench-<file>``: one chart per committed benchmark report ``snippets/bench/<file>.json`` whose command has
-  a chart (rounds, speculative, transformers); reports are never re-measured here.
+* ``speculative-acceptance`` and ``speculative-rejection``: ``python -m mini_deepinfer.model_draft_demo
+  --cpu-example acceptance`` (lesson 12) and ``--cpu-example rejection --width 3`` (lesson 13, the two-model
+  walkthrough);
+* ``bench-<file>``: one chart per committed benchmark report ``snippets/bench/<file>.json`` whose
+  ``benchmark`` (rounds, speculative, transformers) has a chart; reports are never re-measured here. A
+  benchmark with no committed report has no chart yet.
 
 Non-scope: drawing (``pictures.py``, ``charts.py``), the words (``picture_labels.py``).
 """
@@ -29,7 +31,7 @@ from site_scripts.regenerate import SNIPPETS
 
 OUTPUT_DIR = "docs/assets/pictures"
 LANGUAGES = ("zh", "en")
-SPECULATIVE_WIDTH = 3  # as the walkthrough's command: --cpu-example rejection --width 3
+SPECULATIVE_WIDTH = 3  # as the pages' commands (the demo's default)
 
 
 def _quiet(line: str) -> None:
@@ -60,8 +62,8 @@ def toy_events(pipeline: bool) -> tuple[TraceEvent, ...]:
 
 
 @lru_cache(maxsize=None)
-def speculative_events() -> tuple[TraceEvent, ...]:
-    """The trace of ``python -m mini_deepinfer.model_draft_demo --cpu-example rejection --width 3``."""
+def speculative_events(example: str) -> tuple[TraceEvent, ...]:
+    """The trace of ``python -m mini_deepinfer.model_draft_demo --cpu-example EXAMPLE --width 3``."""
     import torch
 
     from mini_deepinfer.model_draft_demo import EXAMPLES, run_example
@@ -69,7 +71,7 @@ def speculative_events() -> tuple[TraceEvent, ...]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the command does
     try:
-        engine, _ = run_example(EXAMPLES["rejection"], SPECULATIVE_WIDTH, False, print_line=_quiet)
+        engine, _ = run_example(EXAMPLES[example], SPECULATIVE_WIDTH, False, print_line=_quiet)
         return tuple(engine.trace.events)
     finally:
         torch.set_num_threads(threads)
@@ -87,16 +89,17 @@ def cross_round_timeline(lang: str) -> str:
     return pictures.round_timeline(toy_events(False), toy_events(True), picture_labels.TIMELINE[lang])
 
 
-def speculative_rounds(lang: str) -> str:
-    return pictures.speculative_rounds(speculative_events(), picture_labels.SPECULATIVE[lang])
+def speculative_rounds(example: str, lang: str) -> str:
+    return pictures.speculative_rounds(speculative_events(example), picture_labels.SPECULATIVE[lang])
 
 
 TRACE_PICTURES: dict[str, Callable[[str], str]] = {
     "abc-rounds": abc_rounds,
     "cross-round-timeline": cross_round_timeline,
-    "speculative-rounds": speculative_rounds,
+    "speculative-acceptance": partial(speculative_rounds, "acceptance"),
+    "speculative-rejection": partial(speculative_rounds, "rejection"),
 }
-# benchmark report file name prefix -> (chart, its words)
+# a report's "benchmark" -> (chart, its words)
 BENCH_CHARTS = {
     "rounds": (charts.rounds_chart, picture_labels.ROUNDS_CHART),
     "speculative": (charts.speculative_chart, picture_labels.SPECULATIVE_CHART),
@@ -104,18 +107,21 @@ BENCH_CHARTS = {
 }
 
 
+def read_report(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def bench_chart(report_path: Path, lang: str) -> str:
-    chart, labels = BENCH_CHARTS[report_path.stem.split("-")[0]]
-    return chart(json.loads(report_path.read_text(encoding="utf-8")), labels[lang])
+    report = read_report(report_path)
+    chart, labels = BENCH_CHARTS[report["benchmark"]]
+    return chart(report, labels[lang])
 
 
 def bench_pictures() -> dict[str, Callable[[str], str]]:
-    """``bench-<stem>`` for every committed report ``snippets/bench/<prefix>-*.json`` that has a chart."""
-    found = {}
-    for prefix in BENCH_CHARTS:
-        for path in sorted((SNIPPETS / "bench").glob(f"{prefix}-*.json")):
-            found[f"bench-{path.stem}"] = partial(bench_chart, path)
-    return found
+    """``bench-<stem>`` for each committed ``snippets/bench/<stem>.json`` whose benchmark has a chart."""
+    return {f"bench-{path.stem}": partial(bench_chart, path)
+            for path in sorted((SNIPPETS / "bench").glob("*.json"))
+            if read_report(path).get("benchmark") in BENCH_CHARTS}
 
 
 PICTURES = {**TRACE_PICTURES, **bench_pictures()}

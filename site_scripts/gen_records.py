@@ -74,6 +74,17 @@ def fence(text: str, lang: str = "text") -> str:
     return f"{ticks}{lang}\n{text}\n{ticks}"
 
 
+def command_lines(command: list[str]) -> str:
+    """The command as a shell would take it, one option (with its values) per line."""
+    groups: list[list[str]] = []
+    for index, part in enumerate(command):
+        starts_group = index == 0 or (part.startswith("--") and len(part) > 2)
+        if starts_group:
+            groups.append([])
+        groups[-1].append(shlex.quote(part))
+    return " \\\n  ".join(" ".join(group) for group in groups)
+
+
 def entry_point(command: list[str]) -> str:
     """``mini_deepinfer.generate`` for ``python -m mini_deepinfer.generate ...``, else the program."""
     if len(command) > 2 and command[1] == "-m":
@@ -98,8 +109,9 @@ def model_line(model: dict[str, Any] | None) -> str:
     if not model:
         return MISSING
     count = model.get("parameter_count")
+    path = model.get("path")
     parts = [
-        code(model.get("path") or MISSING),
+        code(path) if path else "no checkpoint (built in code)",
         str(model.get("architecture") or MISSING),
         f"{count:,} parameters" if isinstance(count, int) else MISSING,
         str(model.get("dtype") or MISSING),
@@ -115,8 +127,9 @@ def device_line(device: dict[str, Any]) -> str:
     if device.get("index") is not None:
         where += f":{device['index']}"
     parts = [where, str(device.get("name") or MISSING)]
-    if device.get("cpu_threads"):
-        parts.append(f"{device['cpu_threads']} CPU threads")
+    threads = device.get("cpu_threads")
+    if threads:
+        parts.append(f"{threads} CPU thread{'' if threads == 1 else 's'}")
     for key in ("torch", "cuda", "driver", "torch_npu", "cann"):
         if device.get(key):
             parts.append(f"{key} {device[key]}")
@@ -168,7 +181,7 @@ def timings_line(timings: dict[str, Any]) -> str:
     return f"load_s {seconds(timings.get('load_s'))} · run_s {seconds(timings.get('run_s'))}"
 
 
-def summary_table(record: dict[str, Any]) -> list[str]:
+def summary_list(record: dict[str, Any]) -> list[str]:
     rows = [("model", model_line(record.get("model")))]
     if "draft_model" in record:
         rows.append(("draft_model", model_line(record.get("draft_model"))))
@@ -183,7 +196,7 @@ def summary_table(record: dict[str, Any]) -> list[str]:
     check_rows = [(f"checks.{name}", check_line(result)) for name, result in checks.items()]
     rows += check_rows or [("checks", "none")]
     rows.append(("timings", timings_line(record.get("timings") or {})))
-    return ["| key | value |", "|---|---|", *(f"| `{key}` | {cell(value)} |" for key, value in rows)]
+    return [f"- `{key}`: {value}" for key, value in rows]
 
 
 def request_block(index: int, request: dict[str, Any], first_token_s: Any) -> list[str]:
@@ -194,10 +207,15 @@ def request_block(index: int, request: dict[str, Any], first_token_s: Any) -> li
     )
     if "seed" in request:
         head += f" · `seed` {request['seed']}"
-    lines = [head, "", "`prompt`", "", fence(str(request.get("prompt")))]
+    lines = [head, ""]
+    if request.get("prompt") is None:  # token ids only, as in the demos without a tokenizer
+        lines += ["`prompt_token_ids`", "", fence(json.dumps(request.get("prompt_token_ids") or []))]
+    else:
+        lines += ["`prompt`", "", fence(str(request["prompt"]))]
     lines += ["", "`output_token_ids`", "", fence(json.dumps(outputs))]
-    lines += ["", "`text` (as a JSON string, so that newlines and spaces show)", ""]
-    lines += [fence(json.dumps(request.get("text"), ensure_ascii=False))]
+    if request.get("text") is not None:
+        lines += ["", "`text` (as a JSON string, so that newlines and spaces show)", ""]
+        lines += [fence(json.dumps(request["text"], ensure_ascii=False))]
     if "committed_groups" in request:
         lines += ["", "`committed_groups`", "", fence(json.dumps(request["committed_groups"]))]
     return lines
@@ -214,8 +232,8 @@ def render_record(path: Path) -> str:
     """The Markdown block of one record."""
     record = load(path)
     command = [str(part) for part in record.get("command") or []]
-    lines = [f"### {path.stem} {{#{path.stem}}}", "", fence(shlex.join(command), "bash"), ""]
-    lines += summary_table(record)
+    lines = [f"### {path.stem} {{#{path.stem}}}", "", fence(command_lines(command), "bash"), ""]
+    lines += summary_list(record)
     first_token = (record.get("timings") or {}).get("first_token_s") or []
     for index, request in enumerate(record.get("requests") or []):
         first = first_token[index] if index < len(first_token) else None
@@ -230,28 +248,30 @@ def render_record(path: Path) -> str:
 def index_row(path: Path) -> str:
     record = load(path)
     model = record.get("model") or {}
+    weights = weights_label(model)
+    model_cell = " · ".join([
+        str(model.get("architecture") or MISSING), str(model.get("dtype") or MISSING),
+        "random weights" if weights.startswith("random weights") else weights,
+    ])
     requests = record.get("requests") or []
     reasons = ", ".join(sorted({str(request.get("finish_reason")) for request in requests})) or MISSING
     checks = record.get("checks") or {}
     verdicts = ", ".join(f"{name} {verdict(result) or 'see record'}" for name, result in checks.items())
-    weights = "random" if weights_label(model).startswith("random") else weights_label(model)
+    entry = entry_point(record.get("command") or []).removeprefix("mini_deepinfer.")
     device = record.get("device") or {}
     return (
-        f"| [{path.stem}](#{path.stem}) | {code(entry_point(record.get('command') or []))} "
-        f"| {cell(device.get('type') or MISSING)} | {cell(model.get('architecture') or MISSING)} "
-        f"| {cell(model.get('dtype') or MISSING)} | {cell(weights)} | {len(requests)} ({cell(reasons)}) "
-        f"| {cell(verdicts or 'none')} | {cell(str(record.get('started_at') or MISSING)[:10])} |"
+        f"| [{path.stem}](#{path.stem}) | {code(entry)} | {cell(device.get('type') or MISSING)} "
+        f"| {cell(model_cell)} | {len(requests)} ({cell(reasons)}) | {cell(verdicts or 'none')} |"
     )
 
 
 def render_index() -> str:
     """A table with one row per record, linking to its block."""
     head = [
-        "| record | entry point | device | architecture | dtype | weights | requests (finish reasons) "
-        "| checks | date |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| record | entry point | device | model | requests (finish reasons) | checks |",
+        "|---|---|---|---|---|---|",
     ]
-    rows = [index_row(path) for path in record_files()] or ["| none yet | | | | | | | | |"]
+    rows = [index_row(path) for path in record_files()] or ["| none yet | | | | | |"]
     return "\n".join(head + rows) + "\n"
 
 

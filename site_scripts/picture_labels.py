@@ -48,7 +48,7 @@ TIMELINE = {
         "cpu": "CPU",
         "device": "设备",
         "device_round": "第 {round} 轮",
-        "step": "[round {n}]",
+        "step": "[{n}]",
         "schedule": "调度",
         "launch": "发出",
         "read": "读回",
@@ -59,7 +59,9 @@ TIMELINE = {
         "in_flight": "设备上的一轮（发出到读回）",
         "discard_note": "停止晚一轮才发现：丢弃第 {round} 轮的 token",
         "free_note": "{request} 的 {n} 个 KV 槽位归还",
-        "order_note": "横轴是事件发生的先后，不是实测时间。方块里的数字是这件事属于哪一轮。",
+        "order_note": "横轴是事件发生的先后，不是实测时间。"
+                      "竖线旁的 [N] 是引擎的第 N 步（trace 里的 [round N]），\n"
+                      "方块里的数字是这件事属于哪一轮。",
     },
     "en": {
         "title": "The same requests, synchronous and cross-round",
@@ -68,7 +70,7 @@ TIMELINE = {
         "cpu": "CPU",
         "device": "device",
         "device_round": "round {round}",
-        "step": "[round {n}]",
+        "step": "[{n}]",
         "schedule": "schedule",
         "launch": "launch",
         "read": "read",
@@ -80,7 +82,8 @@ TIMELINE = {
         "discard_note": "stop found a round late: round {round}'s token discarded",
         "free_note": "{request}'s {n} KV slots given back",
         "order_note": "Left to right is the order of events, not measured time. "
-                      "The number in a box is the round the event is about.",
+                      "[N] by a line starts engine step N\n([round N] in the trace); "
+                      "the number in a box is the round the event is about.",
     },
 }
 
@@ -88,7 +91,7 @@ SPECULATIVE = {
     "zh": {
         "title": "投机解码逐轮：候选、接受、恢复两份缓存",
         "round_title": "第 {round} 轮：{k} 个候选，接受 {accepted} 个，{last} {token}",
-        "proposed": "候选",
+        "proposed": "输入与候选",
         "committed": "提交",
         "target_cache": "目标模型缓存",
         "draft_cache": "draft 缓存",
@@ -108,7 +111,7 @@ SPECULATIVE = {
     "en": {
         "title": "Speculative decoding round by round: drafts, acceptance, both caches restored",
         "round_title": "Round {round}: {k} drafts, {accepted} accepted, {last} {token}",
-        "proposed": "drafts",
+        "proposed": "input, drafts",
         "committed": "committed",
         "target_cache": "target cache",
         "draft_cache": "draft cache",
@@ -131,7 +134,7 @@ ROUNDS_CHART = {
     "zh": {
         "title": "同步与跨轮：同一批请求",
         "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} 形状，随机权重，{repeats} 次测量",
+        "workload": "{preset} 形状，随机权重，测量 {repeats} 次",
         "synchronous": "同步",
         "cross_round": "跨轮",
         "first_token_ms": "首个 token",
@@ -146,7 +149,7 @@ ROUNDS_CHART = {
     "en": {
         "title": "Synchronous and cross-round: the same batch of requests",
         "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} shape, random weights, {repeats} runs",
+        "workload": "{preset} shape, random weights, runs: {repeats}",
         "synchronous": "synchronous",
         "cross_round": "cross-round",
         "first_token_ms": "first token",
@@ -164,8 +167,8 @@ SPECULATIVE_CHART = {
     "zh": {
         "title": "投机解码的代价与接受率",
         "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} 形状，随机权重，{repeats} 次测量",
-        "relative_time": "耗时 / 普通 decode（中位数；误差线：最快到最慢）",
+        "workload": "{preset} 形状，随机权重，测量 {repeats} 次",
+        "relative_time": "耗时 / 普通 decode\n（中位数；误差线：最快到最慢）",
         "forwards_per_token": "每个 token 的 forward 次数",
         "acceptance": "接受率",
         "plain": "普通 decode",
@@ -180,8 +183,8 @@ SPECULATIVE_CHART = {
     "en": {
         "title": "The cost of speculative decoding against the acceptance rate",
         "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} shape, random weights, {repeats} runs",
-        "relative_time": "time / plain decoding (median; error bars: fastest to slowest run)",
+        "workload": "{preset} shape, random weights, runs: {repeats}",
+        "relative_time": "time / plain decoding\n(median; error bars: fastest to slowest run)",
         "forwards_per_token": "forwards per token",
         "acceptance": "acceptance rate",
         "plain": "plain decoding",
@@ -199,7 +202,7 @@ TRANSFORMERS_CHART = {
     "zh": {
         "title": "我们的引擎与 transformers：同一个 checkpoint",
         "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} 形状，随机权重，{repeats} 次测量",
+        "workload": "{preset} 形状，随机权重，测量 {repeats} 次",
         "ours": "mini_deepinfer",
         "transformers": "transformers",
         "prompt_tokens": "{n} 个 token",
@@ -210,7 +213,7 @@ TRANSFORMERS_CHART = {
     "en": {
         "title": "Our engine and transformers on the same checkpoint",
         "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} shape, random weights, {repeats} runs",
+        "workload": "{preset} shape, random weights, runs: {repeats}",
         "ours": "mini_deepinfer",
         "transformers": "transformers",
         "prompt_tokens": "{n} tokens",

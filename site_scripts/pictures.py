@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mini_deepinfer.trace import TraceEvent
-from site_scripts.svg_figure import draw_svg, new_figure, request_colors
+from site_scripts.svg_figure import WIDTH, draw_svg, new_figure, request_colors
 
 Labels = dict[str, str]
 Holders = dict[int, dict[int, str]]  # round -> {slot: request id} at the end of that round
@@ -180,8 +180,8 @@ def abc_rounds(events: Sequence[TraceEvent], labels: Labels, budget: int, state_
         rounds = sorted({e.round_id for e in events if e.round_id > 0})
         kv_during, state_during = slot_holders(events)
         kv_capacity = max(e.data["capacity"] for e in events if e.kind == "free")
-        figure, (top, middle, bottom) = new_figure(8.0, 8.2, nrows=3, sharex=True,
-                                                   height_ratios=[2.3, 0.9, 4.6])
+        figure, (top, middle, bottom) = new_figure(WIDTH, 7.6, nrows=3, sharex=True,
+                                                   height_ratios=[2.3, 0.9, 4.4])
         draw_budget(top, events, colors, budget, labels)
         draw_slot_grid(middle, state_during, rounds, colors, state_capacity, letters=True)
         middle.set_title(labels["state_title"], loc="left")
@@ -194,7 +194,7 @@ def abc_rounds(events: Sequence[TraceEvent], labels: Labels, budget: int, state_
         bottom.set_xticks(rounds)
         bottom.set_xlabel(labels["round"])
         bottom.set_xlim(min(rounds) - 0.6, max(rounds) + 2.6)
-        figure.legend(handles=abc_legend(colors, labels), loc="outside lower center", ncols=5)
+        figure.legend(handles=abc_legend(colors, labels), loc="outside lower center", ncols=3)
         figure.suptitle(labels["title"], fontweight="bold")
         return figure
 
@@ -266,8 +266,8 @@ def draw_lanes(ax: Any, events: Sequence[TraceEvent], labels: Labels, title: str
         y = DEVICE_Y - track * TRACK_GAP
         ax.barh(y + 0.22, end - start + 0.9, left=start, height=0.44, color="#aec7e8", edgecolor="#1f77b4",
                 linewidth=0.8)
-        ax.text(start + 0.15, y + 0.22, labels["device_round"].format(round=r), ha="left", va="center",
-                fontsize=7.5)
+        ax.text(start + 0.1, y + 0.22, labels["device_round"].format(round=r), ha="left", va="center",
+                fontsize=7)
     mark_steps(ax, items, labels)
     annotate_stops(ax, items, labels)
     ax.set_yticks([CPU_Y + 0.4, DEVICE_Y - 0.05])
@@ -319,14 +319,14 @@ def round_timeline(sync_events: Sequence[TraceEvent], cross_events: Sequence[Tra
         from matplotlib.patches import Patch
 
         longest = max(len(cpu_events(sync_events)), len(cpu_events(cross_events)))
-        figure, (sync_ax, cross_ax) = new_figure(10.5, 5.6, nrows=2, sharex=True)
+        figure, (sync_ax, cross_ax) = new_figure(WIDTH, 4.8, nrows=2, sharex=True)
         draw_lanes(sync_ax, sync_events, labels, labels["sync_title"])
         draw_lanes(cross_ax, cross_events, labels, labels["cross_title"])
         cross_ax.set_xlim(-0.3, longest + 0.3)
         cross_ax.set_xlabel(labels["order_note"])
         handles = [Patch(color=KIND_COLORS[k], label=labels[k]) for k in CPU_KINDS]
         handles.append(Patch(facecolor="#aec7e8", edgecolor="#1f77b4", label=labels["in_flight"]))
-        figure.legend(handles=handles, loc="outside lower center", ncols=8)
+        figure.legend(handles=handles, loc="outside lower center", ncols=4)
         figure.suptitle(labels["title"], fontweight="bold")
         return figure
 
@@ -392,7 +392,7 @@ SPEC_ROWS = ("proposed", "committed", "target_cache", "draft_cache")  # top to b
 def token_cell(ax: Any, row: int, position: int, token: int, color: str, hatch: str | None = None) -> None:
     ax.barh(row, 0.9, left=position - 0.45, height=0.72, color=color, hatch=hatch, edgecolor="white",
             linewidth=0.6)
-    ax.text(position, row, str(token), ha="center", va="center", fontsize=7.5, color="white",
+    ax.text(position, row, str(token), ha="center", va="center", fontsize=7, color="white",
             fontweight="bold")
 
 
@@ -442,7 +442,7 @@ def speculative_rounds(events: Sequence[TraceEvent], labels: Labels) -> str:
         from matplotlib.patches import Patch
 
         right = max(max(sr.target_before, sr.draft_topup or 0) for sr in rounds)
-        figure, axes = new_figure(9.0, 1.45 * len(rounds) + 1.0, nrows=len(rounds), sharex=True)
+        figure, axes = new_figure(WIDTH, 1.45 * len(rounds) + 1.1, nrows=len(rounds), sharex=True)
         for ax, sr in zip(axes, rounds):
             draw_tokens(ax, sr)
             draw_caches(ax, sr, labels)
@@ -451,7 +451,7 @@ def speculative_rounds(events: Sequence[TraceEvent], labels: Labels) -> str:
             ax.set_ylim(-0.5, len(SPEC_ROWS) - 0.5)
             ax.set_title(round_title(sr, labels), loc="left")
             ax.tick_params(axis="y", left=False)
-        axes[-1].set_xlim(-0.7, right + 5.5)
+        axes[-1].set_xlim(-0.7, right + 8)
         axes[-1].set_xticks(range(0, right + 1))
         axes[-1].set_xlabel(labels["position"])
         colors = (("input", INPUT, None), ("accepted", ACCEPTED, None), ("rejected", REJECTED, "//"),
@@ -459,7 +459,7 @@ def speculative_rounds(events: Sequence[TraceEvent], labels: Labels) -> str:
                   ("kept", KEPT, None))
         handles = [Patch(facecolor=c, hatch=h, edgecolor="white", label=labels[key]) for key, c, h in colors]
         handles.append(Patch(fill=False, edgecolor=KEPT, linestyle="--", label=labels["topup"]))
-        figure.legend(handles=handles, loc="outside lower center", ncols=4)
+        figure.legend(handles=handles, loc="outside lower center", ncols=3)
         figure.suptitle(labels["title"], fontweight="bold")
         return figure
 

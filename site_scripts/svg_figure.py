@@ -29,6 +29,7 @@ STYLE: dict[str, Any] = {
     "legend.frameon": False,
     "hatch.linewidth": 0.8,
 }
+WIDTH = 7.2  # inches: about the width of a page's text column, so a picture is shown at its own size
 # tab10, in this order: the colours of requests (A, B, C ... in order of first appearance)
 REQUEST_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2")
 

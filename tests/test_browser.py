@@ -54,6 +54,8 @@ TABS_AT_ONCE = 4
 DIAGRAM_TIMEOUT_MS = 10_000  # a diagram mermaid cannot parse is never drawn
 LESSON = "lessons/01-life-of-a-request/"
 SEARCHES = {"zh": "调度", "en": "scheduler"}  # language -> a word that occurs in the lessons of that language
+HEADINGS_AND_NAV = ".md-content h1, .md-content h2, .md-content h3, .md-content h4, .md-nav__link"
+SHOWING_RAW_IDS = "items => items.map(e => e.textContent.trim()).filter(s => /\\{#[\\w-]+\\}/.test(s))"
 SITEMAP_NS = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"}
 # Material replaces each <pre class="mermaid"> by a <div class="mermaid"> and draws the diagram into a closed
 # shadow root. OPEN_SHADOW_ROOTS, run in every page before its scripts, opens them so the SVG can be checked.
@@ -109,6 +111,7 @@ class Visit:
     switch: dict[str, str] = field(default_factory=dict)  # hreflang -> absolute href of the language menu
     mermaid_blocks: int = 0
     mermaid_drawn: int = 0
+    raw_attributes: list[str] = field(default_factory=list)  # headings or nav entries showing "{#id}"
 
 
 def configured_site_url() -> str:
@@ -270,6 +273,7 @@ def finish_page(page: Page, visit: Visit) -> None:
     visit.switch = page.eval_on_selector_all(
         "a.md-select__link[hreflang]", "links => Object.fromEntries(links.map(a => [a.hreflang, a.href]))"
     )
+    visit.raw_attributes = page.eval_on_selector_all(HEADINGS_AND_NAV, SHOWING_RAW_IDS)
 
 
 def open_page(context: BrowserContext, url: str, lang: str) -> tuple[Page, Visit]:
@@ -333,6 +337,11 @@ def test_choosing_a_language_opens_the_twin_page(context: BrowserContext, base_u
         assert page.url == expected
         assert page.locator("html").get_attribute("lang") == lang
     page.close()
+
+
+def test_no_heading_or_nav_entry_shows_a_raw_heading_id(visits: list[Visit]) -> None:
+    raw = {visit.url: sorted(set(visit.raw_attributes)) for visit in visits if visit.raw_attributes}
+    assert not raw
 
 
 def test_every_mermaid_diagram_is_drawn(visits: list[Visit]) -> None:

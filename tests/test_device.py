@@ -25,6 +25,17 @@ from mini_deepinfer.device import (
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 
 
+@pytest.fixture(autouse=True)
+def forget_fake_torch_npu():
+    """A fake ``torch_npu`` imported by a test must not stay in ``sys.modules`` for later tests."""
+    before = sys.modules.get("torch_npu", "absent")
+    yield
+    if before == "absent":
+        sys.modules.pop("torch_npu", None)
+    else:
+        sys.modules["torch_npu"] = before
+
+
 class FakeAccelerator(types.SimpleNamespace):
     """Stands in for ``torch.cuda`` / ``torch.npu`` with a chosen availability and device count."""
 

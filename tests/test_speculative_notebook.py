@@ -33,7 +33,8 @@ def test_notebook_reexecutes_to_its_committed_outputs(path: Path):
     fresh = nbformat.read(path, as_version=4)
     NotebookClient(fresh, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(ROOT)}}).execute()
-    assert not [o for c in fresh.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    errors = [o for c in fresh.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
     assert text_outputs(fresh) == text_outputs(committed)
     printed = "".join(text_outputs(fresh))
     assert printed.count("equals p: True") == 3 and "FAILED" not in printed and printed.count("passed") == 3

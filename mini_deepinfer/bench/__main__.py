@@ -46,6 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 SCHEMA_VERSION = 2
 PROMPT_SEED = 1234
 PAD_ID = 0
@@ -245,10 +247,13 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
                               "rss_before_load_bytes": rss_before,
                               "peak_rss_after_load_bytes": peak_rss_bytes()}
     vocab = model.config.vocab_size
+    bar = tqdm(total=len(args.prefill) + len(args.batches), desc=f"measuring {args.side}", unit="measurement",
+               disable=not sys.stderr.isatty(), leave=False)  # the parent passes a terminal on (run_side)
     for length in args.prefill:
         runs, tokens = timed_runs(timed, model, make_prompts([length], vocab), 1, args.repeats)
         result["prefill"][str(length)] = summary(runs)
         result["tokens"]["prefill"][str(length)] = tokens
+        bar.update()
     for batch in args.batches:
         batch_prompts = make_prompts(prompt_lengths(batch, args.prompt_len), vocab)
         firsts, _ = timed_runs(timed, model, batch_prompts, 1, args.repeats)
@@ -258,6 +263,8 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
                                         "full_s": summary(fulls),
                                         "tokens_per_s": batch / statistics.median(steps)}
         result["tokens"]["decode"][str(batch)] = tokens
+        bar.update()
+    bar.close()
     result["peak_rss_bytes"] = peak_rss_bytes()
     result["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
     result["cache_bytes"] = largest_cache_bytes(model, args) if args.side == "ours" else None
@@ -280,9 +287,11 @@ def run_side(side: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
             "--repeats", str(args.repeats), "--prefill", ",".join(map(str, args.prefill)),
             "--batches", ",".join(map(str, args.batches)), "--prompt-len", str(args.prompt_len),
             "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    # on a terminal the side's stderr (its progress bar, any error) goes straight to it
+    stderr = None if sys.stderr.isatty() else subprocess.PIPE
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"{side} side failed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(f"{side} side failed:\n{(proc.stderr or '(its stderr is above)')[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -130,6 +130,7 @@ class CaseRun:
     """One timed run of one case."""
 
     wall_s: float
+    draft_s: float  # time inside ModelDraft.propose (the draft's forwards and its choices)
     outputs: list[int]
     target_forwards: int
     draft_forwards: int
@@ -149,6 +150,7 @@ def run_case(target: CausalLM, draft: CausalLM | None, width: int, workload: Wor
         model_draft = ModelDraft(draft, new_cache(draft, cap, 1), width)
         runner = SpeculativeRunner(target, new_cache(target, cap, 1), model_draft)
         engine = Engine(runner, cap, 1, spec_width=width)
+    draft_s = _time_proposals(runner.draft) if draft is not None else [0.0]
     device = target.lm_head.weight.device
     gc.collect()
     synchronize(device)
@@ -161,9 +163,27 @@ def run_case(target: CausalLM, draft: CausalLM | None, width: int, workload: Wor
     free = engine.kv_pool.num_free == cap and engine.state_pool.num_free == 1
     if draft is not None:
         free = free and runner.draft.free_kv_slots() == cap and runner.draft.free_state_slots() == 1
-    return CaseRun(wall_s, engine.requests["req"].output_token_ids, len(engine.trace.of_kind("launch")),
+    return CaseRun(wall_s, draft_s[0], engine.requests["req"].output_token_ids,
+                   len(engine.trace.of_kind("launch")),
                    runner.draft.forwards if draft is not None else 0, stats.get("proposed", 0),
                    stats.get("accepted", 0), free)
+
+
+def _time_proposals(draft: ModelDraft) -> list[float]:
+    """Wrap ``draft.propose`` so the time spent in it adds up in the returned one-element list."""
+    total = [0.0]
+    propose = draft.propose
+
+    def timed(jobs):
+        start = time.perf_counter()
+        try:
+            return propose(jobs)
+        finally:
+            synchronize(draft.model.lm_head.weight.device)
+            total[0] += time.perf_counter() - start
+
+    draft.propose = timed
+    return total
 
 
 def case_names(widths: list[int]) -> list[tuple[str, str | None, int]]:
@@ -186,14 +206,19 @@ def run_all(target: CausalLM, widths: list[int], workload: Workload,
     return runs
 
 
-def case_result(name: str, case_runs: list[CaseRun], plain_ms: float) -> dict[str, Any]:
+def case_result(name: str, case_runs: list[CaseRun], plain_ms: float,
+                plain_forward_ms: float) -> dict[str, Any]:
     walls = [1e3 * r.wall_s for r in case_runs]
     first = case_runs[0]
     tokens = len(first.outputs)
     median = statistics.median(walls)
+    target_ms = statistics.median(1e3 * (r.wall_s - r.draft_s) / r.target_forwards for r in case_runs)
     return {
         "wall_ms": {"median": median, "min": min(walls), "max": max(walls)},
         "wall_vs_plain": median / plain_ms,
+        "draft_share": statistics.median(r.draft_s / r.wall_s for r in case_runs),
+        "target_ms_per_forward": target_ms,
+        "target_forward_vs_plain": target_ms / plain_forward_ms,
         "tokens": tokens,
         "target_forwards_per_token": first.target_forwards / tokens,
         "draft_forwards_per_token": first.draft_forwards / tokens,
@@ -206,6 +231,7 @@ def case_result(name: str, case_runs: list[CaseRun], plain_ms: float) -> dict[st
 def build_report(argv: list[str], settings: Settings, target: CausalLM,
                  runs: dict[str, list[CaseRun]]) -> dict[str, Any]:
     plain_ms = statistics.median(1e3 * r.wall_s for r in runs["plain"])
+    plain_forward_ms = statistics.median(1e3 * r.wall_s / r.target_forwards for r in runs["plain"])
     reference = runs["plain"][0].outputs
     every = [run for case in runs.values() for run in case]
     config = {
@@ -222,7 +248,8 @@ def build_report(argv: list[str], settings: Settings, target: CausalLM,
         "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
         "device": device_info(settings.device), "dtype": dtype_name(settings.dtype),
         "torch": torch.__version__, "config": config,
-        "results": {name: case_result(name, case_runs, plain_ms) for name, case_runs in runs.items()},
+        "results": {name: case_result(name, case_runs, plain_ms, plain_forward_ms)
+                    for name, case_runs in runs.items()},
         "checks": {"tokens_identical": all(run.outputs == reference for run in every),
                    "slots_returned": all(run.slots_returned for run in every), "runs_compared": len(every)},
     }
@@ -231,7 +258,7 @@ def build_report(argv: list[str], settings: Settings, target: CausalLM,
 # --8<-- [start:table]
 def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     """(case, wall ms median [min-max], wall / plain, target forwards per token, draft forwards per token,
-    drafts accepted) for every case."""
+    drafts accepted, share of the time in the draft, one target forward / one plain forward) per case."""
     rows = []
     for name, r in report["results"].items():
         wall = r["wall_ms"]
@@ -239,7 +266,8 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                     else f"{r['accepted']}/{r['proposed']} ({r['acceptance']:.0%})")
         rows.append((name, f"{wall['median']:.1f} [{wall['min']:.1f}-{wall['max']:.1f}]",
                      f"{r['wall_vs_plain']:.2f}", f"{r['target_forwards_per_token']:.2f}",
-                     f"{r['draft_forwards_per_token']:.2f}", accepted))
+                     f"{r['draft_forwards_per_token']:.2f}", accepted, f"{r['draft_share']:.0%}",
+                     f"{r['target_forward_vs_plain']:.2f}"))
     return rows
 
 
@@ -264,7 +292,8 @@ def _load(device: dict[str, Any]) -> str:
 # --8<-- [end:table]
 
 
-HEADER = ("case", "wall ms", "vs plain", "target fwd/token", "draft fwd/token", "drafts accepted")
+HEADER = ("case", "wall ms", "vs plain", "target fwd/token", "draft fwd/token", "drafts accepted",
+          "time in draft", "target fwd vs plain fwd")
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -278,7 +307,8 @@ def format_table(report: dict[str, Any]) -> str:
 
 def format_markdown(report: dict[str, Any]) -> str:
     """The same table in Markdown, for the site (rendered from a committed JSON file)."""
-    lines = [f"`{describe(report)}`", "", "| " + " | ".join(HEADER) + " |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [f"`{describe(report)}`", "", "| " + " | ".join(HEADER) + " |",
+             "|---" + "|---:" * (len(HEADER) - 1) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
     checks = report["checks"]
     lines += ["", f"`tokens_identical={str(checks['tokens_identical']).lower()}`, "

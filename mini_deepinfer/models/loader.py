@@ -18,6 +18,7 @@ file or tensor at fault.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
+from tqdm import tqdm
 
 from mini_deepinfer.models import build_model
 from mini_deepinfer.models.common import CausalLM
@@ -255,18 +257,22 @@ def copy_weights(expected: dict[str, torch.Tensor], sources: dict[str, TensorSou
     """Copy each stored tensor into its parameter, one file open at a time, one tensor in memory at a time.
 
     ``safe_open`` maps the file into memory; ``get_tensor`` materialises a single tensor on the CPU, and
-    ``copy_`` converts it to the parameter's dtype and device.
+    ``copy_`` converts it to the parameter's dtype and device. A progress bar (one step per tensor) shows on
+    stderr when stderr is a terminal.
     """
     by_file: dict[Path, list[str]] = {}
     for name in expected:
         by_file.setdefault(sources[name].file, []).append(name)
-    for file, names in by_file.items():
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                for name in names:
-                    expected[name].copy_(handle.get_tensor(sources[name].name))
-        except (SafetensorError, OSError) as exc:
-            raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
+    with tqdm(total=len(expected), desc="loading weights", unit="tensor", disable=not sys.stderr.isatty(),
+              leave=False) as bar:
+        for file, names in by_file.items():
+            try:
+                with safe_open(str(file), framework="pt") as handle:
+                    for name in names:
+                        expected[name].copy_(handle.get_tensor(sources[name].name))
+                        bar.update()
+            except (SafetensorError, OSError) as exc:
+                raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
 
 
 # --8<-- [start:load_checkpoint]

@@ -1,0 +1,225 @@
+"""The site's pictures: regenerated from the traces they show, readable in both languages, and on their pages.
+
+Scope: every SVG that ``site_scripts/gen_pictures.py`` writes into ``docs/assets/pictures/`` equals what its
+drawing gives today (so a picture can never drift from the engine); each is a small, non-empty SVG whose words
+are text in the picture's language; each is shown on a Chinese page and on its English twin with alt text in
+that page's language. The drawing code is also checked on small hand-made traces, so a change to a demo
+cannot hide a mistake in it. Non-scope: how a browser renders the pictures (``tests/test_browser.py`` opens
+every page and fails on a missing file).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from mini_deepinfer.trace import TraceEvent
+from site_scripts import gen_pictures, picture_labels, pictures
+from site_scripts.regenerate import ROOT, collect_outputs
+
+PICTURES_DIR = ROOT / "docs" / "assets" / "pictures"
+DOCS = ROOT / "docs"
+SVG = "{http://www.w3.org/2000/svg}"
+CJK = re.compile(r"[\u3400-\u9fff\uff00-\uffef]")
+IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]*assets/pictures/(?P<name>[\w-]+)\.svg)\)")
+MAX_BYTES = 150_000
+LABELS = {
+    "abc-rounds": picture_labels.ABC,
+    "cross-round-timeline": picture_labels.TIMELINE,
+    "speculative-acceptance": picture_labels.SPECULATIVE,
+    "speculative-rejection": picture_labels.SPECULATIVE,
+    "bench-rounds": picture_labels.ROUNDS_CHART,
+    "bench-speculative": picture_labels.SPECULATIVE_CHART,
+    "bench-transformers": picture_labels.TRANSFORMERS_CHART,
+}
+LABEL_SETS = sorted({id(v): (k, v) for k, v in LABELS.items()}.values())
+
+
+def labels_of(name: str) -> dict[str, dict[str, str]]:
+    """The words of picture ``name`` (a benchmark chart is named after its report: bench-rounds-cpu)."""
+    key = next(k for k in LABELS if name == k or name.startswith(f"{k}-"))
+    return LABELS[key]
+
+
+def svg_texts(svg: str) -> list[str]:
+    """Every text element's content, in document order."""
+    root = ElementTree.fromstring(svg)
+    return ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+
+
+def picture_name(file_name: str) -> tuple[str, str]:
+    """``abc-rounds.zh.svg`` -> (``abc-rounds``, ``zh``)."""
+    stem, lang, _ = file_name.rsplit(".", 2)
+    return stem, lang
+
+
+def page_images(page: Path) -> list[tuple[str, str]]:
+    """(picture name, alt text) of every picture a page shows, in order."""
+    return [(m["name"], m["alt"]) for m in IMAGE.finditer(page.read_text(encoding="utf-8"))]
+
+
+def zh_pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if not p.name.endswith(".en.md"))
+
+
+def en_twin(page: Path) -> Path:
+    return page.with_name(page.name[: -len(".md")] + ".en.md")
+
+
+@pytest.mark.parametrize("path", sorted(gen_pictures.OUTPUTS))
+def test_each_picture_regenerated_from_its_trace_equals_the_committed_file(path: str) -> None:
+    committed = PICTURES_DIR / path
+    assert committed.is_file(), f"{path} is missing; run `python -m site_scripts.regenerate --only pictures`"
+    drawn = gen_pictures.OUTPUTS[path]()
+    assert drawn == committed.read_text(encoding="utf-8"), (
+        f"{path} differs from what its trace draws today; run `python -m site_scripts.regenerate`")
+
+
+def test_every_committed_picture_has_a_generator() -> None:
+    assert sorted(p.name for p in PICTURES_DIR.glob("*.svg")) == sorted(gen_pictures.OUTPUTS)
+
+
+def test_the_pictures_are_written_into_the_docs_folder_that_the_site_serves() -> None:
+    paths = collect_outputs(["gen_pictures"])
+    assert paths and all(p.startswith("docs/assets/pictures/") for p in paths)
+
+
+@pytest.mark.parametrize("path", sorted(gen_pictures.OUTPUTS))
+def test_each_picture_is_a_small_svg_whose_words_are_text(path: str) -> None:
+    svg = (PICTURES_DIR / path).read_text(encoding="utf-8")
+    assert 0 < len(svg.encode("utf-8")) <= MAX_BYTES
+    root = ElementTree.fromstring(svg)
+    assert root.tag == f"{SVG}svg"
+    assert not list(root.iter(f"{SVG}image")), "a picture must be drawn, not an embedded raster image"
+    assert len(svg_texts(svg)) >= 10
+    assert "<dc:date>" not in svg, "a date in the file would change it on every build"
+
+
+@pytest.mark.parametrize("path", sorted(gen_pictures.OUTPUTS))
+def test_each_picture_shows_its_labels_in_its_own_language(path: str) -> None:
+    name, lang = picture_name(path)
+    texts = svg_texts((PICTURES_DIR / path).read_text(encoding="utf-8"))
+    shown = "\n".join(texts)
+    labels = labels_of(name)[lang]
+    title_lines = labels["title"].split("\n")
+    assert all(line in shown for line in title_lines), f"{path} lacks its title"
+    if lang == "zh":
+        assert CJK.search(shown), f"{path} has no Chinese text"
+    else:
+        assert not CJK.search(shown), f"{path} has Chinese text: {CJK.findall(shown)[:5]}"
+
+
+@pytest.mark.parametrize("path", [p for p in sorted(gen_pictures.OUTPUTS) if not p.startswith("bench-")])
+def test_every_fixed_label_of_a_trace_picture_appears_in_it(path: str) -> None:
+    name, lang = picture_name(path)
+    texts = svg_texts((PICTURES_DIR / path).read_text(encoding="utf-8"))
+    fixed = [v for v in labels_of(name)[lang].values() if "{" not in v]
+    missing = [line for value in fixed for line in value.split("\n") if line not in texts]
+    assert not missing, f"{path} does not show {missing}"
+
+
+@pytest.mark.parametrize("name,words", LABEL_SETS)
+def test_both_languages_have_the_same_label_keys(name: str, words: dict[str, dict[str, str]]) -> None:
+    assert sorted(words["zh"]) == sorted(words["en"])
+
+
+def test_every_picture_is_shown_on_a_zh_page_and_on_its_en_twin() -> None:
+    shown: dict[str, set[str]] = {"zh": set(), "en": set()}
+    for page in zh_pages():
+        shown["zh"].update(n for n, _ in page_images(page))
+        if en_twin(page).exists():
+            shown["en"].update(n for n, _ in page_images(en_twin(page)))
+    for lang in ("zh", "en"):
+        assert not set(gen_pictures.PICTURES) - shown[lang], f"pictures shown on no {lang} page"
+
+
+@pytest.mark.parametrize("page", [p for p in zh_pages() if page_images(p)], ids=lambda p: p.name)
+def test_twin_pages_show_the_same_pictures_with_alt_text_in_their_language(page: Path) -> None:
+    zh, en = page_images(page), page_images(en_twin(page))
+    assert [n for n, _ in zh] == [n for n, _ in en]
+    for name, alt in zh:
+        assert name in gen_pictures.PICTURES, f"{page.name} shows {name}.svg, which no generator draws"
+        assert CJK.search(alt), f"{page.name}: the alt text of {name} is not Chinese"
+    for name, alt in en:
+        assert alt.strip() and not CJK.search(alt), f"{en_twin(page).name}: alt text of {name} is not English"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The drawing code on hand-made traces.
+# ------------------------------------------------------------------------------------------------------------
+
+
+def event(round_id: int, kind: str, request_id: str | None = None, **data: object) -> TraceEvent:
+    return TraceEvent(round_id, kind, request_id, dict(data))
+
+
+def rejected_round_trace() -> list[TraceEvent]:
+    """Prefill, a round whose 3 drafts are all rejected (target keeps 4; draft 6 -> 4 -> 5), a last round."""
+    return [
+        event(1, "schedule", "A", phase="prefill", inputs=[11, 22, 33], start_pos=0, slots=[0, 1, 2]),
+        event(1, "commit", "A", tokens=[25], round=1, output=[25]),
+        event(2, "schedule", "A", phase="decode", inputs=[25, None, None, None], start_pos=3,
+              slots=[3, 4, 5, 6]),
+        event(2, "verify", "A", drafts=[99, 65, 167], accepted=0, draft_cache="computed 6 -> keep 4"),
+        event(2, "commit", "A", tokens=[144], round=2, output=[25, 144]),
+        event(2, "rollback", "A", slots=[4, 5, 6], kept=4),
+        event(3, "schedule", "A", phase="decode", inputs=[144, None, None, None], start_pos=4,
+              slots=[4, 5, 6, 7]),
+        event(3, "verify", "A", drafts=[35, 67, 112], accepted=3, draft_cache="computed 7 -> keep 7"),
+        event(3, "commit", "A", tokens=[35, 67, 112, 243], round=3, output=[25, 144, 35, 67, 112, 243]),
+        event(3, "finish", "A", reason="length"),
+        event(3, "free", "A", slots=list(range(8)), state_slot=0, free=16, capacity=16),
+    ]
+
+
+def test_a_rejected_round_reads_computed_6_keep_4_top_up_to_5() -> None:
+    first, last = pictures.speculative_rounds_of(rejected_round_trace())
+    assert (first.start, first.input_token, first.drafts, first.accepted, first.committed) == (
+        3, 25, [99, 65, 167], 0, [144])
+    assert (first.target_before, first.target_after) == (7, 4)
+    assert (first.draft_computed, first.draft_kept, first.draft_topup) == (6, 4, 5)
+    assert (last.accepted, last.committed[-1], last.draft_topup) == (3, 243, None)
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_speculative_picture_writes_the_cache_lengths_of_its_trace(lang: str) -> None:
+    words = picture_labels.SPECULATIVE[lang]
+    texts = svg_texts(pictures.speculative_rounds(rejected_round_trace(), words))
+    assert words["draft_lengths"].format(computed=6, kept=4, topup=5) in texts
+    assert words["target_lengths"].format(before=7, after=4) in texts
+    assert words["round_title"].format(round=2, k=3, accepted=0, last=words["correction"], token=144) in texts
+
+
+def test_a_trace_without_verify_events_has_no_speculative_picture() -> None:
+    with pytest.raises(ValueError, match="no verify event"):
+        pictures.speculative_rounds(rejected_round_trace()[:2], picture_labels.SPECULATIVE["en"])
+
+
+def test_a_slot_counts_for_the_round_that_frees_it_and_belongs_to_its_next_holder_after() -> None:
+    trace = [
+        event(1, "schedule", "B", phase="prefill", inputs=[5, 6], start_pos=0, slots=[0, 1]),
+        event(2, "schedule", "B", phase="decode", inputs=[7], start_pos=2, slots=[2]),
+        event(2, "free", "B", slots=[0, 1, 2], state_slot=0, free=4, capacity=4),
+        event(3, "schedule", "C", phase="prefill", inputs=[9], start_pos=0, slots=[0]),
+        event(3, "free", "C", slots=[0], state_slot=0, free=4, capacity=4),
+    ]
+    kv, state = pictures.slot_holders(trace)
+    assert kv[2] == {0: "B", 1: "B", 2: "B"} and kv[3] == {0: "C"}
+    assert state == {1: {0: "B"}, 2: {0: "B"}, 3: {0: "C"}}
+    assert pictures.first_takeover(trace, state=True) == (3, 0, "C", "B")
+    assert pictures.first_takeover(trace, state=False) == (3, 0, "C", "B")
+
+
+def test_a_round_launched_before_the_previous_one_is_read_goes_on_a_second_device_track() -> None:
+    trace = [
+        event(1, "launch", round=1, requests=["r"], tokens=2),
+        event(2, "launch", round=2, requests=["r"], tokens=1),
+        event(2, "read", round=1),
+        event(3, "read", round=2),
+        event(4, "launch", round=4, requests=["r"], tokens=1),
+        event(4, "read", round=4),
+    ]
+    assert pictures.in_flight(pictures.cpu_events(trace)) == [(1, 0, 2, 0), (2, 1, 3, 1), (4, 4, 5, 0)]
