@@ -66,6 +66,8 @@ class ModelRunner:
         def tensor(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.int64, device=dev)
 
+        state_ids = [s.state_slot if s.state_slot is not None else 0 for s in plan.seqs]
+
         return ForwardBatch(
             input_ids=input_ids,
             positions=tensor([p for s in plan.seqs for p in s.positions]),
@@ -73,9 +75,10 @@ class ModelRunner:
             context_lens=[len(s.context_slots) for s in plan.seqs],
             slot_mapping=tensor([x for s in plan.seqs for x in s.new_slots]),
             kv_slots=[tensor(list(s.context_slots)) for s in plan.seqs],
-            state_slots=tensor([s.state_slot if s.state_slot is not None else 0 for s in plan.seqs]),
+            state_slots=tensor(state_ids),
             fresh_state=[s.start_pos == 0 for s in plan.seqs],
             logits_indices=tensor(sampled_rows),
+            state_slot_ids=tuple(state_ids),
         )
 
     def _fill_in_flight(self, plan: RoundPlan, input_ids: torch.Tensor) -> None:

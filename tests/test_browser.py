@@ -120,6 +120,10 @@ def configured_site_url() -> str:
     return found[1]
 
 
+def _quiet_env() -> dict[str, str]:
+    return {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+
+
 @pytest.fixture(scope="module")
 def hosted(tmp_path_factory: pytest.TempPathFactory) -> Hosted:
     root = tmp_path_factory.mktemp("pages")
@@ -135,10 +139,6 @@ def hosted(tmp_path_factory: pytest.TempPathFactory) -> Hosted:
     versions = [{"version": VERSION, "title": VERSION, "aliases": []}]
     (prefix / "versions.json").write_text(json.dumps(versions), encoding="utf-8")
     return Hosted(root, site_dir, site_url.rstrip("/") + "/")
-
-
-def _quiet_env() -> dict[str, str]:
-    return {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
 
 
 def _handler(root: Path, not_found: Path) -> type[http.server.SimpleHTTPRequestHandler]:
@@ -248,6 +248,13 @@ def _watch(page: Page, visit: Visit) -> None:
     page.on("requestfailed", lambda request: visit.failed.append(f"{request.failure} {request.url}"))
 
 
+def language_menu(page: Page) -> dict[str, str]:
+    """hreflang -> absolute URL of each entry in the header's language menu."""
+    return page.eval_on_selector_all(
+        "a.md-select__link[hreflang]", "links => Object.fromEntries(links.map(a => [a.hreflang, a.href]))"
+    )
+
+
 def start_page(context: BrowserContext, url: str, lang: str) -> tuple[Page, Visit]:
     """Open ``url`` in a new tab, watching it, without waiting for it to load."""
     page = context.new_page()
@@ -270,9 +277,7 @@ def finish_page(page: Page, visit: Visit) -> None:
         except PlaywrightTimeoutError:
             pass  # reported by test_every_mermaid_diagram_is_drawn
         visit.mermaid_drawn = page.evaluate(DRAWN_DIAGRAMS)
-    visit.switch = page.eval_on_selector_all(
-        "a.md-select__link[hreflang]", "links => Object.fromEntries(links.map(a => [a.hreflang, a.href]))"
-    )
+    visit.switch = language_menu(page)
     visit.raw_attributes = page.eval_on_selector_all(HEADINGS_AND_NAV, SHOWING_RAW_IDS)
 
 
@@ -397,6 +402,7 @@ def test_missing_page_gets_the_404_page_below_the_sub_path(context: BrowserConte
     assert page.eval_on_selector(".md-header", "e => getComputedStyle(e).position") == "sticky"
     homes = page.eval_on_selector_all(".md-content a[href]", "links => links.map(a => a.href)")
     assert homes == [base_url, base_url + "en/"]
+    assert language_menu(page) == {"zh": base_url, "en": base_url + "en/"}  # the two home pages
     with page.expect_navigation():
         page.click(f'.md-content a[href$="{urlsplit(base_url).path}en/"]')
     assert page.url == base_url + "en/"

@@ -223,3 +223,30 @@ def test_a_round_launched_before_the_previous_one_is_read_goes_on_a_second_devic
         event(4, "read", round=4),
     ]
     assert pictures.in_flight(pictures.cpu_events(trace)) == [(1, 0, 2, 0), (2, 1, 3, 1), (4, 4, 5, 0)]
+
+
+@pytest.mark.parametrize("path", [p for p in sorted(gen_pictures.OUTPUTS) if p.startswith("bench-")])
+def test_each_benchmark_chart_names_the_device_dtype_and_date_of_its_report(path: str) -> None:
+    name, _ = picture_name(path)
+    report = gen_pictures.read_report(ROOT / "snippets" / "bench" / f"{name.removeprefix('bench-')}.json")
+    shown = "\n".join(svg_texts((PICTURES_DIR / path).read_text(encoding="utf-8")))
+    for fact in (report["device"]["name"], report["dtype"], report["date"][:10]):
+        assert fact in shown, f"{path} does not say {fact!r}"
+
+
+def side(prefill_s: float, tokens_per_s: float) -> dict[str, object]:
+    timing = {"median": prefill_s, "min": prefill_s * 0.9, "max": prefill_s * 1.2}
+    return {"prefill": {"512": timing}, "decode": {"1": {"tokens_per_s": tokens_per_s}}}
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_the_transformers_chart_draws_a_report_of_its_benchmark(lang: str) -> None:
+    from site_scripts import charts
+
+    report = {"benchmark": "transformers", "date": "2030-01-02T03:04:05+00:00", "dtype": "float32",
+              "device": {"type": "cpu", "name": "Example CPU"}, "config": {"preset": "tiny", "repeats": 3},
+              "ours": side(0.5, 20.0), "transformers_side": side(0.8, 12.5)}
+    words = picture_labels.TRANSFORMERS_CHART[lang]
+    shown = svg_texts(charts.transformers_chart(report, words))
+    assert words["prompt_tokens"].format(n=512) in shown and words["batch"].format(n=1) in shown
+    assert any("Example CPU" in t and "float32" in t and "2030-01-02" in t for t in shown)

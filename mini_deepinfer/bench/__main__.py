@@ -51,11 +51,11 @@ from tqdm import tqdm
 SCHEMA_VERSION = 2
 PROMPT_SEED = 1234
 PAD_ID = 0
-BANDWIDTH_BYTES = 2**31
+BANDWIDTH_MIB = 2048  # far larger than any CPU cache
 REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch",
                "transformers", "config", "load_average", "bandwidth", "ours", "transformers_side",
                "comparison", "targets")
-SIDE_KEYS = ("load_s", "threads", "prefill", "decode", "tokens", "rss_before_load_bytes",
+SIDE_KEYS = ("load_s", "threads", "prefill", "decode", "tokens", "linear_floor", "rss_before_load_bytes",
              "peak_rss_after_load_bytes", "peak_rss_bytes", "weight_bytes", "cache_bytes", "load_average")
 COMPARISON_KEYS = ("prefill_speedup", "decode_speedup", "tokens_agree", "all_tokens_agree", "roofline_step_s",
                    "roofline_fraction", "transformers_roofline_fraction", "memory_budget_bytes",
@@ -100,12 +100,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompt-len", type=int, default=32, help="longest prompt of the decode measurement")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per request in decode runs")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    p.add_argument("--bandwidth-mib", type=int, default=BANDWIDTH_MIB, help="size of the bandwidth buffer")
     p.add_argument("--output", type=Path, help="write the results as JSON here")
     p.add_argument("--side", choices=["ours", "transformers"], help=argparse.SUPPRESS)
     p.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.new_tokens < 2 or args.prompt_len < 2 or args.threads < 0:
-        raise UsageError("--repeats must be >= 1, --new-tokens and --prompt-len >= 2, --threads >= 0")
+    too_small = min(args.repeats, args.bandwidth_mib) < 1 or min(args.new_tokens, args.prompt_len) < 2
+    if too_small or args.threads < 0:
+        raise UsageError("--repeats and --bandwidth-mib must be >= 1, --new-tokens and --prompt-len >= 2, "
+                         "--threads >= 0")
     return args
 
 
@@ -158,17 +161,18 @@ def load_average() -> list[float] | None:
         return None
 
 
-def read_bandwidth_runs(repeats: int) -> list[float]:
+def read_bandwidth_runs(repeats: int, mib: int) -> list[float]:
     """GB/s of summing a 2 GiB float32 tensor (memory-bound with all threads); one warm-up first."""
     import torch
 
-    x = torch.ones(BANDWIDTH_BYTES // 4, dtype=torch.float32)
+    nbytes = mib * 2**20
+    x = torch.ones(nbytes // 4, dtype=torch.float32)
     rates = []
     for i in range(repeats + 1):
         start = time.perf_counter()
         x.sum()
         if i:
-            rates.append(BANDWIDTH_BYTES / (time.perf_counter() - start) / 1e9)
+            rates.append(nbytes / (time.perf_counter() - start) / 1e9)
     return rates
 
 
@@ -265,11 +269,40 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
         result["tokens"]["decode"][str(batch)] = tokens
         bar.update()
     bar.close()
+    result["linear_floor"] = {str(b): linear_floor(model, b, args.repeats) for b in args.batches}
     result["peak_rss_bytes"] = peak_rss_bytes()
     result["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
     result["cache_bytes"] = largest_cache_bytes(model, args) if args.side == "ours" else None
     result["load_average"] = {"before": before, "after": load_average()}
     return result
+
+
+# --8<-- [start:linear_floor]
+def linear_floor(model, batch: int, repeats: int) -> dict[str, Any]:
+    """Time every linear layer (the head included) once on ``batch`` random rows, nothing else.
+
+    All weights are read once, as in one decode step, so this is the step time the side's matrix products
+    alone allow on this machine: the floor below which no other change to a decode step can go.
+    """
+    import torch
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(batch, m.in_features) for m in linears]
+
+    def sweep(modules: list[torch.nn.Module], rows: list[torch.Tensor]) -> float:
+        start = time.perf_counter()
+        with torch.no_grad():
+            for module, x in zip(modules, rows):
+                module(x)
+        return time.perf_counter() - start
+
+    sweep(linears, inputs)
+    head = [model.lm_head], [torch.randn(batch, model.lm_head.in_features)]
+    return {"all_s": summary([sweep(linears, inputs) for _ in range(repeats)]),
+            "head_s": summary([sweep(*head) for _ in range(repeats)]),
+            "all_bytes": sum(m.weight.numel() * m.weight.element_size() for m in linears),
+            "head_bytes": model.lm_head.weight.numel() * model.lm_head.weight.element_size()}
+# --8<-- [end:linear_floor]
 
 
 def largest_cache_bytes(model, args: argparse.Namespace) -> int:
@@ -336,9 +369,9 @@ def targets(comparison: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # --8<-- [end:compare]
 
 
-def bandwidth_report(runs: list[float]) -> dict[str, Any]:
+def bandwidth_report(runs: list[float], mib: int) -> dict[str, Any]:
     return {"best_gb_per_s": max(runs), "median_gb_per_s": statistics.median(runs), "runs_gb_per_s": runs,
-            "bytes": BANDWIDTH_BYTES, "method": "torch.sum over a float32 tensor, same thread count"}
+            "bytes": mib * 2**20, "method": "torch.sum over a float32 tensor, same thread count"}
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -389,17 +422,17 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                    "new_tokens": args.new_tokens, "greedy": True, "threads": torch.get_num_threads(),
                    "transformers_padding": "left", "transformers_attention": "default (sdpa)"},
     }
-    bandwidth = read_bandwidth_runs(args.repeats)
+    bandwidth = read_bandwidth_runs(args.repeats, args.bandwidth_mib)
     with tempfile.TemporaryDirectory(prefix="mini-deepinfer-bench-") as tmp:
         checkpoint = Path(tmp) / args.preset
         write_random_checkpoint(checkpoint, args.preset, seed=0, dtype=torch.float32)
         load["before_sides"] = load_average()
         report["ours"] = run_side("ours", checkpoint, args)
         report["transformers_side"] = run_side("transformers", checkpoint, args)
-    bandwidth += read_bandwidth_runs(args.repeats)
+    bandwidth += read_bandwidth_runs(args.repeats, args.bandwidth_mib)
     load["end"] = load_average()
     report["load_average"] = load
-    report["bandwidth"] = bandwidth_report(bandwidth)
+    report["bandwidth"] = bandwidth_report(bandwidth, args.bandwidth_mib)
     report["comparison"] = compare(report["ours"], report["transformers_side"], report["bandwidth"])
     report["targets"] = targets(report["comparison"])
     return {key: report[key] for key in REPORT_KEYS}

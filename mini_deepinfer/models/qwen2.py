@@ -16,6 +16,7 @@ from torch import nn
 from mini_deepinfer.models.common import (
     CausalLM,
     ForwardContext,
+    Linear,
     RMSNorm,
     SwiGLUMLP,
     apply_rotary,
@@ -33,10 +34,10 @@ class Qwen2Attention(nn.Module):
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
         q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, q_out, bias=True)
-        self.k_proj = nn.Linear(config.hidden_size, kv_out, bias=True)
-        self.v_proj = nn.Linear(config.hidden_size, kv_out, bias=True)
-        self.o_proj = nn.Linear(q_out, config.hidden_size, bias=False)
+        self.q_proj = Linear(config.hidden_size, q_out, bias=True)
+        self.k_proj = Linear(config.hidden_size, kv_out, bias=True)
+        self.v_proj = Linear(config.hidden_size, kv_out, bias=True)
+        self.o_proj = Linear(q_out, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""

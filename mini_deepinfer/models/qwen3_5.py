@@ -24,6 +24,7 @@ from torch import nn
 from mini_deepinfer.models.common import (
     CausalLM,
     ForwardContext,
+    Linear,
     SwiGLUMLP,
     ZeroCenteredRMSNorm,
     apply_rotary,
@@ -247,16 +248,16 @@ class GatedDeltaNet(nn.Module):
         self.k_head_dim, self.v_head_dim = config.linear_key_head_dim, config.linear_value_head_dim
         self.key_dim, self.value_dim = config.linear_key_dim, config.linear_value_dim
         conv_dim, hidden = config.linear_conv_dim, config.hidden_size
-        self.in_proj_qkv = nn.Linear(hidden, conv_dim, bias=False)
-        self.in_proj_z = nn.Linear(hidden, self.value_dim, bias=False)
-        self.in_proj_b = nn.Linear(hidden, self.num_v_heads, bias=False)
-        self.in_proj_a = nn.Linear(hidden, self.num_v_heads, bias=False)
+        self.in_proj_qkv = Linear(hidden, conv_dim, bias=False)
+        self.in_proj_z = Linear(hidden, self.value_dim, bias=False)
+        self.in_proj_b = Linear(hidden, self.num_v_heads, bias=False)
+        self.in_proj_a = Linear(hidden, self.num_v_heads, bias=False)
         kernel = config.linear_conv_kernel_dim
         self.conv1d = nn.Conv1d(conv_dim, conv_dim, kernel, groups=conv_dim, bias=False)
         self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = GatedRMSNorm(self.v_head_dim, eps=config.rms_norm_eps)
-        self.out_proj = nn.Linear(self.value_dim, hidden, bias=False)
+        self.out_proj = Linear(self.value_dim, hidden, bias=False)
 
     def init_random(self, generator: torch.Generator, std: float) -> None:
         nn.init.ones_(self.dt_bias)
@@ -283,11 +284,10 @@ class GatedDeltaNet(nn.Module):
         layout, batch = ctx.layout, ctx.batch
         out = mixed if layout.all_decode else torch.empty_like(mixed)
         if layout.decode_seqs:
-            slots = layout.decode_state_slots
             y, new = causal_conv_with_window(
-                layout.decode_part(mixed)[:, None, :], windows.index_select(0, slots), self.conv1d.weight
+                layout.decode_part(mixed)[:, None, :], layout.decode_states(windows), self.conv1d.weight
             )
-            windows.index_copy_(0, slots, new)
+            layout.store_decode_states(windows, new)
             if layout.all_decode:
                 return y[:, 0, :]
             out.index_copy_(0, layout.decode_rows, y[:, 0, :])
@@ -335,10 +335,9 @@ class GatedDeltaNet(nn.Module):
         layout, batch = ctx.layout, ctx.batch
         out = torch.empty_like(v)
         if layout.decode_seqs:
-            slots = layout.decode_state_slots
             inputs = [layout.decode_part(t) for t in (q, k, v, g, beta)]
-            o, new = recurrent_delta_step(states.index_select(0, slots), *inputs)
-            states.index_copy_(0, slots, new)
+            o, new = recurrent_delta_step(layout.decode_states(states), *inputs)
+            layout.store_decode_states(states, new)
             if layout.all_decode:
                 return o
             out.index_copy_(0, layout.decode_rows, o)
@@ -367,10 +366,10 @@ class GatedAttention(nn.Module):
         self.head_dim = config.head_dim
         q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         bias = config.attention_bias
-        self.q_proj = nn.Linear(config.hidden_size, 2 * q_out, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, kv_out, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, kv_out, bias=bias)
-        self.o_proj = nn.Linear(q_out, config.hidden_size, bias=bias)
+        self.q_proj = Linear(config.hidden_size, 2 * q_out, bias=bias)
+        self.k_proj = Linear(config.hidden_size, kv_out, bias=bias)
+        self.v_proj = Linear(config.hidden_size, kv_out, bias=bias)
+        self.o_proj = Linear(q_out, config.hidden_size, bias=bias)
         self.q_norm = ZeroCenteredRMSNorm(self.head_dim, eps=config.rms_norm_eps)
         self.k_norm = ZeroCenteredRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 

@@ -1,0 +1,105 @@
+"""Tables of the committed ours-against-transformers benchmark results, for the performance page.
+
+Scope: reading ``snippets/bench/cpu-<preset>.json`` (written by ``python -m mini_deepinfer.bench``) and
+rendering, per file, one Markdown snippet: where it ran, the side-by-side timings, the roofline and the
+matrix-product floor, peak memory, and each target with its verdict. The benchmark itself is never run
+here: its timings change on every run, so the JSON is committed as measured and only rendered.
+Non-scope: explaining the numbers (the page does), the other benchmarks' tables (their own generators).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from site_scripts.regenerate import SNIPPETS
+
+RESULTS = ("cpu-qwen3.5-0.8b", "cpu-tiny")
+GIB = 2**30
+
+
+def _spread(stats: dict[str, Any], scale: float = 1.0, digits: int = 3) -> str:
+    """``median [min-max]`` of a summary, times ``scale``."""
+    if stats["min"] == stats["max"]:
+        return f"{stats['median'] * scale:.{digits}f}"
+    return (f"{stats['median'] * scale:.{digits}f} "
+            f"[{stats['min'] * scale:.{digits}f}-{stats['max'] * scale:.{digits}f}]")
+
+
+def describe(report: dict[str, Any]) -> str:
+    """One line: device, threads, versions, dtype, model, repetitions, date and machine load."""
+    device, config, load = report["device"], report["config"], report["load_average"]
+    loads = [x for x in (load.get("start"), load.get("end")) if x]
+    load_text = "->".join(f"{x[0]:.2f}" for x in loads) or "-"
+    return (f"`device=cpu ({device['name']}), threads={config['threads']}, torch={report['torch']}, "
+            f"transformers={report['transformers']}, dtype={report['dtype']}, preset={config['preset']} "
+            f"(random weights), repeats={config['repeats']} after {config['warmup_runs']} warm-up, "
+            f"new_tokens={config['new_tokens']}, date={report['date']}, load_1m={load_text}`")
+
+
+def timing_rows(report: dict[str, Any]) -> list[str]:
+    """Prefill seconds and decode milliseconds per step, both sides, median [min-max], and the ratio."""
+    ours, theirs, cmp = report["ours"], report["transformers_side"], report["comparison"]
+    rows = ["| measurement | ours | transformers | ours vs transformers |", "|---|---:|---:|---:|"]
+    for length, stats in ours["prefill"].items():
+        rows.append(f"| prefill, {length} tokens (s) | {_spread(stats)} | "
+                    f"{_spread(theirs['prefill'][length])} | {cmp['prefill_speedup'][length]:.2f}x |")
+    for batch, stats in ours["decode"].items():
+        lens = report["config"]["decode_prompt_lens"][batch]
+        prompt = f"prompt {lens[0]}" if len(lens) == 1 else f"prompts {min(lens)}-{max(lens)}"
+        rows.append(f"| decode, batch {batch}, {prompt} (ms/step) | {_spread(stats['step_s'], 1000, 1)} | "
+                    f"{_spread(theirs['decode'][batch]['step_s'], 1000, 1)} | "
+                    f"{cmp['decode_speedup'][batch]:.2f}x |")
+        rows.append(f"| decode, batch {batch} (tokens/s) | {stats['tokens_per_s']:.2f} | "
+                    f"{theirs['decode'][batch]['tokens_per_s']:.2f} | |")
+    rows.append(f"| peak resident memory (GiB) | {ours['peak_rss_bytes'] / GIB:.2f} | "
+                f"{theirs['peak_rss_bytes'] / GIB:.2f} | |")
+    return rows
+
+
+def roofline_rows(report: dict[str, Any]) -> list[str]:
+    """Bandwidth, roofline step, and the matrix-product floor of each side per batch."""
+    ours, theirs, cmp = report["ours"], report["transformers_side"], report["comparison"]
+    bw = report["bandwidth"]
+    rows = ["| quantity | value |", "|---|---:|",
+            f"| weights (bytes read per decode step) | {ours['weight_bytes'] / 1e9:.3f} GB |",
+            f"| read bandwidth, best [median] of {len(bw['runs_gb_per_s'])} | "
+            f"{bw['best_gb_per_s']:.1f} [{bw['median_gb_per_s']:.1f}] GB/s |",
+            f"| decode roofline (weights / best bandwidth) | {cmp['roofline_step_s'] * 1000:.1f} ms/step |"]
+    for batch in ours["decode"]:
+        fractions = cmp["roofline_fraction"][batch], cmp["transformers_roofline_fraction"][batch]
+        rows.append(f"| batch {batch}: roofline / step, ours / transformers | "
+                    f"{fractions[0]:.2f} / {fractions[1]:.2f} |")
+        for name, side in (("ours", ours), ("transformers", theirs)):
+            floor = side.get("linear_floor", {}).get(batch)
+            if floor:
+                all_s, head_s = floor["all_s"]["median"], floor["head_s"]["median"]
+                rows.append(f"| batch {batch}: every linear layer once, {name} (head alone) | "
+                            f"{all_s * 1000:.1f} ms = {floor['all_bytes'] / all_s / 1e9:.1f} GB/s "
+                            f"({head_s * 1000:.1f} ms = {floor['head_bytes'] / head_s / 1e9:.1f} GB/s) |")
+    return rows
+
+
+def target_rows(report: dict[str, Any]) -> list[str]:
+    rows = ["| target | threshold | measured | met |", "|---|---:|---:|---|"]
+    for t in report["targets"].values():
+        sign = "<=" if "peak RSS" in t["what"] else ">="
+        value = "-" if t["value"] is None else f"{t['value']:.2f}"
+        met = "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        rows.append(f"| {t['what']} | {sign} {t['threshold']} | {value} | {met} |")
+    return rows
+
+
+def render(name: str) -> str:
+    """The snippet for ``snippets/bench/<name>.json``, or a one-line note when it is not committed."""
+    path = SNIPPETS / "bench" / f"{name}.json"
+    if not path.exists():
+        return f"`{name}.json` is not committed yet (`python -m mini_deepinfer.bench --output ...`).\n"
+    report = json.loads(path.read_text(encoding="utf-8"))
+    agree = report["comparison"]["all_tokens_agree"]
+    tables = ["\n".join(rows(report)) for rows in (timing_rows, roofline_rows, target_rows)]
+    parts = [describe(report), *tables, f"`tokens_agree={str(agree).lower()}` (greedy, every measurement)"]
+    return "\n\n".join(parts) + "\n"
+
+
+OUTPUTS = {f"bench/{name}.md": (lambda name=name: render(name)) for name in RESULTS}

@@ -1,0 +1,76 @@
+"""``python -m mini_deepinfer.bench``: it runs end to end, writes every documented key, and the tokens agree.
+
+Scope: the side-by-side benchmark against transformers on the tiny preset with one repetition and tiny
+lengths, and its command-line errors. Non-scope: any timing (the machine's speed is not under test).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mini_deepinfer.bench.__main__ import COMPARISON_KEYS, REPORT_KEYS, SIDE_KEYS, TARGETS, prompt_lengths
+
+ROOT = Path(__file__).resolve().parent.parent
+BUFFER_MIB = 768  # the parent's bandwidth buffer: larger than either side's own peak on the tiny preset
+TINY_RUN = ["--preset", "tiny", "--repeats", "1", "--prefill", "8,20", "--batches", "1,3",
+            "--prompt-len", "6", "--new-tokens", "3", "--threads", "1", "--bandwidth-mib", str(BUFFER_MIB)]
+
+
+def run_bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mini_deepinfer.bench", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    output = tmp_path_factory.mktemp("bench") / "tiny.json"
+    proc = run_bench(*TINY_RUN, "--output", str(output))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(output.read_text(encoding="utf-8"))
+
+
+@pytest.mark.slow
+def test_bench_report_has_every_documented_key(tiny_report: dict) -> None:
+    assert list(tiny_report) == list(REPORT_KEYS)
+    for side in ("ours", "transformers_side"):
+        assert set(SIDE_KEYS) <= set(tiny_report[side]), side
+        assert set(tiny_report[side]["prefill"]) == {"8", "20"}
+        assert set(tiny_report[side]["decode"]) == {"1", "3"}
+    assert set(COMPARISON_KEYS) <= set(tiny_report["comparison"])
+    assert set(tiny_report["targets"]) == set(TARGETS)
+    assert tiny_report["config"]["decode_prompt_lens"]["3"] == prompt_lengths(3, 6)
+
+
+@pytest.mark.slow
+def test_bench_greedy_tokens_agree_with_transformers(tiny_report: dict) -> None:
+    agree = tiny_report["comparison"]["tokens_agree"]
+    assert agree == {"prefill": {"8": True, "20": True}, "decode": {"1": True, "3": True}}
+    assert tiny_report["comparison"]["all_tokens_agree"] is True
+    tokens = tiny_report["ours"]["tokens"]["decode"]["3"]
+    assert [len(t) for t in tokens] == [3, 3, 3]
+
+
+@pytest.mark.slow
+def test_bench_peak_memory_is_each_sides_own(tiny_report: dict) -> None:
+    """The parent's bandwidth buffer must not show up in a side's peak (``ru_maxrss`` survives fork+exec)."""
+    for side in ("ours", "transformers_side"):
+        peak = tiny_report[side]["peak_rss_bytes"]
+        assert tiny_report[side]["rss_before_load_bytes"] <= peak < BUFFER_MIB * 2**20, side
+
+
+def test_decode_prompts_differ_in_length_for_a_batch() -> None:
+    assert prompt_lengths(1, 32) == [32]
+    lengths = prompt_lengths(8, 32)
+    assert lengths[0] == 32 and min(lengths) >= 16 and len(set(lengths)) == 8
+
+
+def test_bench_bad_arguments_print_one_line_and_exit_2() -> None:
+    proc = run_bench("--repeats", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error:")
+    assert "Traceback" not in proc.stderr
