@@ -237,6 +237,19 @@ def timed_runs(timed: Callable, model, prompt_ids: list[list[int]], new_tokens: 
     return [t for t, _ in runs], runs[-1][1]
 
 
+def decode_runs(timed: Callable, model, prompt_ids: list[list[int]], new_tokens: int,
+                repeats: int) -> tuple[list[float], list[float], list[list[int]]]:
+    """Warm-up, then ``repeats`` pairs of runs (1 token, then ``new_tokens``) back to back, so each step
+    estimate subtracts a prefill measured under the same machine load; the tokens of the last run."""
+    timed(model, prompt_ids, new_tokens)
+    firsts, fulls, tokens = [], [], []
+    for _ in range(repeats):
+        firsts.append(timed(model, prompt_ids, 1)[0])
+        full, tokens = timed(model, prompt_ids, new_tokens)
+        fulls.append(full)
+    return firsts, fulls, tokens
+
+
 def measure_side(args: argparse.Namespace) -> dict[str, Any]:
     """Run inside a subprocess: every measurement for one side (keys: ``SIDE_KEYS``)."""
     import torch
@@ -260,8 +273,7 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
         bar.update()
     for batch in args.batches:
         batch_prompts = make_prompts(prompt_lengths(batch, args.prompt_len), vocab)
-        firsts, _ = timed_runs(timed, model, batch_prompts, 1, args.repeats)
-        fulls, tokens = timed_runs(timed, model, batch_prompts, args.new_tokens, args.repeats)
+        firsts, fulls, tokens = decode_runs(timed, model, batch_prompts, args.new_tokens, args.repeats)
         steps = [(full - first) / (args.new_tokens - 1) for first, full in zip(firsts, fulls)]
         result["decode"][str(batch)] = {"step_s": summary(steps), "first_s": summary(firsts),
                                         "full_s": summary(fulls),

@@ -194,8 +194,10 @@ def chunked_delta_rule(
     decay = (cum_g[..., :, None] - cum_g[..., None, :]).masked_fill(~causal, float("-inf")).exp()
     k_beta = k * beta
     system = (k_beta @ k.transpose(-1, -2)) * decay
-    u = _solve_unit_lower(system, v * beta)
-    w = _solve_unit_lower(system, k_beta * cum_g.exp()[..., None])
+    # One solve against the identity gives the inverse; two products with it cost less than two solves.
+    inverse = _solve_unit_lower(system, torch.eye(size, device=q.device).expand_as(system))
+    u = inverse @ (v * beta)
+    w = inverse @ (k_beta * cum_g.exp()[..., None])
     intra = (q @ k.transpose(-1, -2)) * decay
     q_decayed = q * cum_g.exp()[..., None]
     k_decayed = k * (cum_g[..., -1:] - cum_g).exp()[..., None]
@@ -227,12 +229,10 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    # --8<-- [start:gated_norm]
     def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         xf = x.float()
         normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
         return ((self.weight * normed) * F.silu(z.float())).to(x.dtype)
-    # --8<-- [end:gated_norm]
 
     def init_random(self, generator: torch.Generator, std: float) -> None:
         nn.init.ones_(self.weight)
