@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
     p.add_argument("--seed", type=int, help="seed of request i is SEED + i (random if omitted)")
     p.add_argument("--max-num-seqs", type=int, default=8, help="requests running at once (default 8)")
-    p.add_argument("--max-batched-tokens", type=int, default=2048, help="token budget per round")
+    p.add_argument("--max-batched-tokens", type=int, default=2048,
+                   help="token budget per round (default 2048)")
     p.add_argument("--chunked-prefill", action="store_true", help="split long prompts across rounds")
     p.add_argument("--stagger-prompts", action="store_true", help="prompts arrive one round apart")
     p.add_argument("--pipeline", action="store_true",

@@ -186,10 +186,17 @@ def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
+        os.chmod(temp_name, 0o666 & ~_current_umask())  # mkstemp makes it owner-only; use the usual mode
         os.replace(temp_name, target)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def model_info(

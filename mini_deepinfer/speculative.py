@@ -359,6 +359,9 @@ class SpeculativeRunner(ModelRunner):
         super().release(request_id)
         self.history.pop(request_id, None)
         self.draft.forget(request_id)
+        # Snapshots live within one round; any left between rounds come from a round that failed half-way.
+        self.cache.captured.clear()
+        self.draft.cache.captured.clear()
 
     def _remember_inputs(self, plan: RoundPlan) -> None:
         """Mirror the target cache's tokens: each seq's inputs land at its start position."""

@@ -27,7 +27,8 @@ def base_args(ckpt, *extra: str) -> list[str]:
 
 def test_two_prompts_print_text_and_footer_and_write_a_complete_record(tiny_checkpoint, capsys, tmp_path):
     out_file = tmp_path / "run.json"
-    code, out, err = generate(capsys, *base_args(tiny_checkpoint, "--prompt", "用两句话解释 KV Cache 的作用。",
+    code, out, err = generate(capsys, *base_args(tiny_checkpoint,
+                                                 "--prompt", "用两句话解释 KV Cache 的作用。",
                                                  "--prompt", "What is 1 plus 1?",
                                                  "--max-num-seqs", "2",
                                                  "--max-batched-tokens", "16", "--chunked-prefill",

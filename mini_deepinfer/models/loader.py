@@ -254,7 +254,7 @@ def check_tensors(
 
 @torch.no_grad()
 def copy_weights(expected: dict[str, torch.Tensor], sources: dict[str, TensorSource]) -> None:
-    """Copy each stored tensor into its parameter, one file open at a time, one tensor in memory at a time.
+    """Copy each stored tensor into its parameter, one tensor (and one open file) at a time.
 
     ``safe_open`` maps the file into memory; ``get_tensor`` materialises a single tensor on the CPU, and
     ``copy_`` converts it to the parameter's dtype and device. A progress bar (one step per tensor) shows on
@@ -267,10 +267,13 @@ def copy_weights(expected: dict[str, torch.Tensor], sources: dict[str, TensorSou
               leave=False) as bar:
         for file, names in by_file.items():
             try:
-                with safe_open(str(file), framework="pt") as handle:
-                    for name in names:
+                for name in names:
+                    # One open per tensor: the pages of the mapped file that a read touches count as this
+                    # process's resident memory until the file is closed, so keeping one file open for all
+                    # its tensors would add up to a whole shard on top of the weights already copied.
+                    with safe_open(str(file), framework="pt") as handle:
                         expected[name].copy_(handle.get_tensor(sources[name].name))
-                        bar.update()
+                    bar.update()
             except (SafetensorError, OSError) as exc:
                 raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
 
