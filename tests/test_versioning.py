@@ -238,7 +238,9 @@ def scratch_pages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     git(repo, "config", "commit.gpgsign", "false")
     git(repo, "add", "--all")
     git(repo, "commit", "--quiet", "--message", "working tree")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    # mike runs `mkdocs`: put this interpreter's bin/ first, as an activated virtual environment would
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PATH": path}
     version = pyproject_version()
     series = ".".join(str(part) for part in release_tuple(version)[:2])
     for args in ([series, "latest", "--title", version], ["dev", "--title", f"dev ({version})"]):
