@@ -34,6 +34,7 @@ LABELS = {
     "bench-rounds": picture_labels.ROUNDS_CHART,
     "bench-speculative": picture_labels.SPECULATIVE_CHART,
     "bench-transformers": picture_labels.TRANSFORMERS_CHART,
+    "bench-cpu": picture_labels.TRANSFORMERS_CHART,  # cpu-<preset>.json: ours against transformers
 }
 LABEL_SETS = sorted({id(v): (k, v) for k, v in LABELS.items()}.values())
 

@@ -170,6 +170,7 @@ class RoundLayout:
         """Rows of ``x`` (first dim = tokens) that belong to the decode group, in group order."""
         return x if self.all_decode else x.index_select(0, self.decode_rows)
 
+    # --8<-- [start:decode_states]
     def decode_states(self, states: torch.Tensor) -> torch.Tensor:
         """The decode group's rows of a per-slot state tensor: a view when the slots are consecutive (a
         step may then update them in place), else a gathered copy."""
@@ -185,6 +186,7 @@ class RoundLayout:
         rows = states[self.decode_state_range]
         if new.data_ptr() != rows.data_ptr():  # nothing to do after a step that updated the view in place
             rows.copy_(new)
+    # --8<-- [end:decode_states]
 
 
 @dataclass

@@ -40,6 +40,7 @@ def l2_normalize(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + L2NORM_EPS)
 
 
+# --8<-- [start:causal_conv]
 def causal_conv_with_window(
     x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,6 +65,7 @@ def causal_conv_with_window(
         y.addcmul_(full[:, j : j + length], taps[:, j])
     new_window = full[:, length:].transpose(1, 2)
     return F.silu(y.to(x.dtype)), new_window
+# --8<-- [end:causal_conv]
 
 
 # --8<-- [start:delta_step]
