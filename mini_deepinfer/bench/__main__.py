@@ -13,17 +13,20 @@ Method, the same on both sides:
 
 * Each side runs in its own subprocess (same checkpoint file, same prompts, same torch thread count), so
   its peak memory (``VmHWM``, the high-water mark of the process's own address space) is its own.
-* Every measurement is run once untimed (warm-up), then ``--repeats`` times; the JSON keeps every run and
-  its median, min and max.
+* ``--repeats`` rounds: in each, both sides run in fresh processes, in alternating order, and every
+  measurement runs once untimed (warm-up) and once timed. On a shared machine the load drifts; rounds spread
+  that drift over both sides. The JSON keeps every run and its median, min and max.
 * Prefill = wall time of a run that generates one token (the prompt's forward plus one head row and one
   argmax). Decode step = (time for N tokens - time for 1 token) / (N - 1), so prefill cancels out.
 * Batch 1 uses one prompt of ``--prompt-len`` tokens. Larger batches use prompts of different lengths
   (from ``--prompt-len`` down to about half of it); transformers gets them left-padded with an attention
   mask, as its batched ``generate`` needs, and our engine runs them unpadded.
 * Greedy tokens are compared position by position for every prefill and decode measurement.
-* Read bandwidth: summing a 2 GiB float32 tensor with the same thread count, before and after the two
-  sides; the roofline uses the best run. The load average is recorded too: on a shared machine absolute
-  times drift, so read the ratios.
+* Read bandwidth: summing a 2 GiB float32 tensor with the same thread count, before every round and at the
+  end; the roofline uses the best run (the strictest roofline).
+* Linear floor: every linear layer of the side's model run once on random rows of the decode batch, nothing
+  else; what the matrix products alone cost per step on this machine.
+* The load average is recorded too: on a shared machine absolute times drift, so read the ratios.
 
 JSON keys (``REPORT_KEYS``): ``schema``, ``benchmark``, ``command``, ``date``, ``source_sha``, ``device``,
 ``dtype``, ``torch``, ``transformers``, ``config``, ``load_average``, ``bandwidth``, ``ours``,
@@ -56,8 +59,10 @@ REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device",
                "transformers", "config", "load_average", "bandwidth", "ours", "transformers_side",
                "comparison", "targets")
 SIDE_KEYS = ("load_s", "threads", "prefill", "decode", "tokens", "linear_floor", "rss_before_load_bytes",
-             "peak_rss_after_load_bytes", "peak_rss_bytes", "weight_bytes", "cache_bytes", "load_average")
-COMPARISON_KEYS = ("prefill_speedup", "decode_speedup", "tokens_agree", "all_tokens_agree", "roofline_step_s",
+             "peak_rss_after_load_bytes", "peak_rss_bytes", "weight_bytes", "cache_bytes", "load_average",
+             "tokens_stable")
+COMPARISON_KEYS = ("prefill_speedup", "decode_speedup", "tokens_agree", "all_tokens_agree", "tokens_stable",
+                   "roofline_step_s",
                    "roofline_fraction", "transformers_roofline_fraction", "memory_budget_bytes",
                    "peak_memory_ratio")
 TARGETS: dict[str, tuple[str, float]] = {
@@ -327,9 +332,9 @@ def largest_cache_bytes(model, args: argparse.Namespace) -> int:
 
 
 def run_side(side: str, checkpoint: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Measure one side in a fresh interpreter and return its JSON."""
+    """Measure one side once (after its warm-up) in a fresh interpreter and return its JSON."""
     argv = [sys.executable, "-m", "mini_deepinfer.bench", "--side", side, "--checkpoint", str(checkpoint),
-            "--repeats", str(args.repeats), "--prefill", ",".join(map(str, args.prefill)),
+            "--repeats", "1", "--prefill", ",".join(map(str, args.prefill)),
             "--batches", ",".join(map(str, args.batches)), "--prompt-len", str(args.prompt_len),
             "--new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
     # on a terminal the side's stderr (its progress bar, any error) goes straight to it
@@ -338,6 +343,43 @@ def run_side(side: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
     if proc.returncode != 0:
         raise RuntimeError(f"{side} side failed:\n{(proc.stderr or '(its stderr is above)')[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --8<-- [start:rounds]
+def run_rounds(checkpoint: Path, args: argparse.Namespace) -> tuple[dict, dict, list[float]]:
+    """``--repeats`` rounds; each measures the bandwidth and both sides once, in fresh processes and in
+    alternating order, so a change in the machine's load during the run falls on both sides alike."""
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "transformers": []}
+    bandwidth: list[float] = []
+    for i in range(args.repeats):
+        bandwidth += read_bandwidth_runs(1, args.bandwidth_mib)
+        for side in ("ours", "transformers") if i % 2 == 0 else ("transformers", "ours"):
+            runs[side].append(run_side(side, checkpoint, args))
+    bandwidth += read_bandwidth_runs(1, args.bandwidth_mib)
+    return merge_runs(runs["ours"]), merge_runs(runs["transformers"]), bandwidth
+# --8<-- [end:rounds]
+
+
+def merge_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One side's result from its per-round processes: timings joined, peaks maximised, tokens checked."""
+    def joined(get: Callable[[dict], dict[str, Any]]) -> dict[str, Any]:
+        return summary([x for r in results for x in get(r)["runs"]])
+
+    last = results[-1]
+    out = dict(last, load_s=joined(lambda r: {"runs": [r["load_s"]]}),
+               load_average=[r["load_average"] for r in results],
+               tokens_stable=all(r["tokens"] == last["tokens"] for r in results))
+    for key in ("rss_before_load_bytes", "peak_rss_after_load_bytes", "peak_rss_bytes"):
+        out[key] = max(r[key] for r in results)
+    out["prefill"] = {n: joined(lambda r, n=n: r["prefill"][n]) for n in last["prefill"]}
+    out["decode"] = {}
+    for batch in last["decode"]:
+        parts = {k: joined(lambda r, k=k: r["decode"][batch][k]) for k in ("step_s", "first_s", "full_s")}
+        out["decode"][batch] = dict(parts, tokens_per_s=int(batch) / parts["step_s"]["median"])
+    out["linear_floor"] = {b: dict(floor, **{k: joined(lambda r, b=b, k=k: r["linear_floor"][b][k])
+                                             for k in ("all_s", "head_s")})
+                           for b, floor in last["linear_floor"].items()}
+    return out
 
 
 # --8<-- [start:compare]
@@ -358,6 +400,7 @@ def compare(ours: dict[str, Any], theirs: dict[str, Any], bandwidth: dict[str, A
         for key, tokens in ours["tokens"][kind].items():
             out["tokens_agree"][kind][key] = tokens == theirs["tokens"][kind][key]
     out["all_tokens_agree"] = all(v for kind in out["tokens_agree"].values() for v in kind.values())
+    out["tokens_stable"] = ours["tokens_stable"] and theirs["tokens_stable"]  # the same in every round
     out["memory_budget_bytes"] = ours["weight_bytes"] + ours["cache_bytes"]
     out["peak_memory_ratio"] = ours["peak_rss_bytes"] / out["memory_budget_bytes"]
     return out
@@ -429,19 +472,17 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "device": device_info(torch.device("cpu")), "dtype": "float32", "torch": torch.__version__,
         "transformers": transformers.__version__,
         "config": {"preset": args.preset, "weights": "random (seed 0)", "repeats": args.repeats,
-                   "warmup_runs": 1, "prefill_lens": args.prefill, "batches": args.batches,
+                   "warmup_runs": 1, "rounds": "one process per side and round, order alternating",
+                   "prefill_lens": args.prefill, "batches": args.batches,
                    "decode_prompt_lens": {str(b): prompt_lengths(b, args.prompt_len) for b in args.batches},
                    "new_tokens": args.new_tokens, "greedy": True, "threads": torch.get_num_threads(),
                    "transformers_padding": "left", "transformers_attention": "default (sdpa)"},
     }
-    bandwidth = read_bandwidth_runs(args.repeats, args.bandwidth_mib)
     with tempfile.TemporaryDirectory(prefix="mini-deepinfer-bench-") as tmp:
         checkpoint = Path(tmp) / args.preset
         write_random_checkpoint(checkpoint, args.preset, seed=0, dtype=torch.float32)
         load["before_sides"] = load_average()
-        report["ours"] = run_side("ours", checkpoint, args)
-        report["transformers_side"] = run_side("transformers", checkpoint, args)
-    bandwidth += read_bandwidth_runs(args.repeats, args.bandwidth_mib)
+        report["ours"], report["transformers_side"], bandwidth = run_rounds(checkpoint, args)
     load["end"] = load_average()
     report["load_average"] = load
     report["bandwidth"] = bandwidth_report(bandwidth, args.bandwidth_mib)

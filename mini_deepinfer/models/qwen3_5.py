@@ -54,17 +54,27 @@ def causal_conv_with_window(
     Returns:
         ``(y, new_window)``: ``y`` of shape ``[B, L, C]``, and the last ``K-1`` inputs ``[B, C, K-1]``.
     """
-    # With K = 4 taps per channel, K multiply-adds over time-major [B, K-1+L, C] rows beat F.conv1d on CPU,
-    # which has a fixed cost per call and works channel-major (two transposing copies of the inputs).
-    # The sum is accumulated in float32 and cast once, as a convolution kernel does.
-    kernel, length = weight.shape[-1], x.shape[1]
-    full = torch.cat([window.transpose(1, 2), x], dim=1)
+    # With K = 4 taps per channel, K multiply-adds over time-major [B, L, C] rows beat F.conv1d on CPU, which
+    # has a fixed cost per call and works channel-major (two transposing copies of the inputs). Only the
+    # first K-1 outputs read the saved window, so only they are computed from a short [window | x] strip;
+    # the rest read shifted views of x, and no copy of the whole input is made. Sums are float32, cast once.
+    history, length = weight.shape[-1] - 1, x.shape[1]
     taps = weight[:, 0, :].float()
-    y = full[:, :length].float() * taps[:, 0]
-    for j in range(1, kernel):
-        y.addcmul_(full[:, j : j + length], taps[:, j])
-    new_window = full[:, length:].transpose(1, 2)
-    return F.silu(y.to(x.dtype)), new_window
+    y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    strip = torch.cat([window.transpose(1, 2), x[:, :history]], dim=1)
+    tap_sum(strip, taps, out=y[:, :history])
+    if length > history:
+        tap_sum(x, taps, out=y[:, history:])
+    new_window = x[:, length - history :] if length >= history else strip[:, length:]
+    return F.silu(y.to(x.dtype), inplace=True), new_window.transpose(1, 2)
+
+
+def tap_sum(rows: torch.Tensor, taps: torch.Tensor, out: torch.Tensor) -> None:
+    """``out[:, t] = sum_j rows[:, t + j] * taps[:, j]`` for the ``out.shape[1]`` outputs, in float32."""
+    count = out.shape[1]
+    torch.mul(rows[:, :count], taps[:, 0], out=out)
+    for j in range(1, taps.shape[-1]):
+        out.addcmul_(rows[:, j : j + count], taps[:, j])
 # --8<-- [end:causal_conv]
 
 
@@ -161,7 +171,7 @@ def chunked_delta_rule(
     g: torch.Tensor,
     beta: torch.Tensor,
     state: torch.Tensor,
-    chunk_size: int = 64,
+    chunk_size: int = 32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The gated delta rule over ``L`` tokens in chunks: matrix products inside a chunk, a scan across chunks.
 
@@ -176,7 +186,8 @@ def chunked_delta_rule(
         g: ``[..., L]`` log-decays.
         beta: ``[..., L]`` write strengths.
         state: ``[..., dk, dv]`` initial state.
-        chunk_size: Tokens per chunk (fewer when ``L`` is shorter).
+        chunk_size: Tokens per chunk (fewer when ``L`` is shorter). The work inside a chunk grows with its
+            square, the scan's steps with ``L / chunk_size``; 32 measured fastest on CPU for 128-dim heads.
 
     Returns:
         ``(o, final_state)`` with ``o`` of shape ``[..., L, dv]``.
@@ -188,30 +199,36 @@ def chunked_delta_rule(
         q, k, v = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
         g, beta = (F.pad(t, (0, pad)) for t in (g, beta))
     n = (length + pad) // size
-    q, k, v = (t.reshape(*t.shape[:-2], n, size, t.shape[-1]) for t in (q, k, v))
-    cum_g = g.reshape(*g.shape[:-1], n, size).cumsum(-1)
-    beta = beta.reshape(*beta.shape[:-1], n, size)[..., None]
+
+    # Chunk-major layout [n, ..., C, d]: one copy here, and every step of the scan below reads one
+    # contiguous block (strided per-chunk views made each batched product copy its operands first).
+    def chunks(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(*t.shape[:-2], n, size, t.shape[-1]).movedim(-3, 0).contiguous()
+
+    q, k, v = chunks(q), chunks(k), chunks(v)
+    cum_g = g.reshape(*g.shape[:-1], n, size).movedim(-2, 0).cumsum(-1)
+    beta = beta.reshape(*beta.shape[:-1], n, size).movedim(-2, 0)[..., None]
 
     causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
-    decay = (cum_g[..., :, None] - cum_g[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    decay = (cum_g[..., :, None] - cum_g[..., None, :]).masked_fill_(~causal, float("-inf")).exp_()
     k_beta = k * beta
-    system = (k_beta @ k.transpose(-1, -2)) * decay
+    system = (k_beta @ k.transpose(-1, -2)).mul_(decay)
     # One solve against the identity gives the inverse; two products with it cost less than two solves.
     inverse = _solve_unit_lower(system, torch.eye(size, device=q.device).expand_as(system))
     u = inverse @ (v * beta)
     w = inverse @ (k_beta * cum_g.exp()[..., None])
-    intra = (q @ k.transpose(-1, -2)) * decay
+    intra = (q @ k.transpose(-1, -2)).mul_(decay)
     q_decayed = q * cum_g.exp()[..., None]
-    k_decayed = k * (cum_g[..., -1:] - cum_g).exp()[..., None]
+    k_decayed_t = (k * (cum_g[..., -1:] - cum_g).exp()[..., None]).transpose(-1, -2).contiguous()
     chunk_decay = cum_g[..., -1].exp()[..., None, None]
 
-    outputs = []
+    out, state = torch.empty_like(u), state.clone()
     for i in range(n):
-        v_new = u[..., i, :, :] - w[..., i, :, :] @ state
-        outputs.append(q_decayed[..., i, :, :] @ state + intra[..., i, :, :] @ v_new)
-        state = state * chunk_decay[..., i, :, :] + k_decayed[..., i, :, :].transpose(-1, -2) @ v_new
-    out = torch.cat(outputs, dim=-2)[..., :length, :]
-    return out, state
+        v_new = u[i] - w[i] @ state
+        torch.matmul(q_decayed[i], state, out=out[i]).add_(intra[i] @ v_new)
+        state.mul_(chunk_decay[i]).add_(k_decayed_t[i] @ v_new)
+    out = out.movedim(0, -3)
+    return out.reshape(*out.shape[:-3], n * size, out.shape[-1])[..., :length, :], state
 
 
 def _solve_unit_lower(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
