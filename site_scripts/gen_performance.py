@@ -1,9 +1,10 @@
 """Tables of the committed ours-against-transformers benchmark results, for the performance page.
 
 Scope: reading ``snippets/bench/cpu-<preset>.json`` (written by ``python -m mini_deepinfer.bench``) and
-rendering, per file, one Markdown snippet: where it ran, the side-by-side timings, the roofline and the
-matrix-product floor, peak memory, and each target with its verdict. The benchmark itself is never run
-here: its timings change on every run, so the JSON is committed as measured and only rendered.
+rendering, per file, one Markdown snippet: where it ran, the side-by-side timings, the roofline, the
+matrix-product floors (decode step and prefill), peak memory, and each target with its verdict. The
+benchmark itself is never run here: its timings change on every run, so the JSON is committed as measured
+and only rendered.
 Non-scope: explaining the numbers (the page does), the other benchmarks' tables (their own generators).
 """
 
@@ -80,6 +81,24 @@ def roofline_rows(report: dict[str, Any]) -> list[str]:
     return rows
 
 
+def prefill_floor_rows(report: dict[str, Any]) -> list[str]:
+    """Each side's matrix products alone for each prefill length, and their share of its prefill time."""
+    ours, theirs = report["ours"], report["transformers_side"]
+    if "prefill_linear_floor" not in ours:  # results written before the benchmark measured it
+        return []
+    rows = ["| prefill | linear layers once, ours | share of our prefill | linear layers once, transformers "
+            "| share of their prefill |", "|---|---:|---:|---:|---:|"]
+    for length, floor in ours["prefill_linear_floor"].items():
+        cells = []
+        for side in (ours, theirs):
+            seconds = side["prefill_linear_floor"][length]["all_s"]["median"]
+            gflops = side["prefill_linear_floor"][length]["flops"] / seconds / 1e9
+            share = seconds / side["prefill"][length]["median"]
+            cells += [f"{seconds:.3f} s ({gflops:.0f} GFLOP/s)", f"{share:.0%}"]
+        rows.append(f"| {length} tokens | " + " | ".join(cells) + " |")
+    return rows
+
+
 def target_rows(report: dict[str, Any]) -> list[str]:
     rows = ["| target | threshold | measured | met |", "|---|---:|---:|---|"]
     for t in report["targets"].values():
@@ -97,7 +116,8 @@ def render(name: str) -> str:
         return f"`{name}.json` is not committed yet (`python -m mini_deepinfer.bench --output ...`).\n"
     report = json.loads(path.read_text(encoding="utf-8"))
     agree = report["comparison"]["all_tokens_agree"]
-    tables = ["\n".join(rows(report)) for rows in (timing_rows, roofline_rows, target_rows)]
+    makers = (timing_rows, roofline_rows, prefill_floor_rows, target_rows)
+    tables = ["\n".join(rows) for rows in (make(report) for make in makers) if rows]
     parts = [describe(report), *tables, f"`tokens_agree={str(agree).lower()}` (greedy, every measurement)"]
     return "\n\n".join(parts) + "\n"
 

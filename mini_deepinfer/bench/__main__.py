@@ -25,7 +25,9 @@ Method, the same on both sides:
 * Read bandwidth: summing a 2 GiB float32 tensor with the same thread count, before every round and at the
   end; the roofline uses the best run (the strictest roofline).
 * Linear floor: every linear layer of the side's model run once on random rows of the decode batch, nothing
-  else; what the matrix products alone cost per step on this machine.
+  else; what the matrix products alone cost per step on this machine. The prefill floor does the same on
+  as many rows as the prompt has tokens (the head on one row): the share of a prefill no kernel outside
+  the matrix products can win back.
 * The load average is recorded too: on a shared machine absolute times drift, so read the ratios.
 
 JSON keys (``REPORT_KEYS``): ``schema``, ``benchmark``, ``command``, ``date``, ``source_sha``, ``device``,
@@ -58,7 +60,8 @@ BANDWIDTH_MIB = 2048  # far larger than any CPU cache
 REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch",
                "transformers", "config", "load_average", "bandwidth", "ours", "transformers_side",
                "comparison", "targets")
-SIDE_KEYS = ("load_s", "threads", "prefill", "decode", "tokens", "linear_floor", "rss_before_load_bytes",
+SIDE_KEYS = ("load_s", "threads", "prefill", "decode", "tokens", "linear_floor", "prefill_linear_floor",
+             "rss_before_load_bytes",
              "peak_rss_after_load_bytes", "peak_rss_bytes", "weight_bytes", "cache_bytes", "load_average",
              "tokens_stable")
 COMPARISON_KEYS = ("prefill_speedup", "decode_speedup", "tokens_agree", "all_tokens_agree", "tokens_stable",
@@ -287,6 +290,8 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
         bar.update()
     bar.close()
     result["linear_floor"] = {str(b): linear_floor(model, b, args.repeats) for b in args.batches}
+    result["prefill_linear_floor"] = {str(n): prefill_linear_floor(model, n, args.repeats)
+                                      for n in args.prefill}
     result["peak_rss_bytes"] = peak_rss_bytes()
     result["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
     result["cache_bytes"] = largest_cache_bytes(model, args) if args.side == "ours" else None
@@ -295,6 +300,17 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --8<-- [start:linear_floor]
+def sweep_s(modules: list, rows: list) -> float:
+    """Seconds to run each module once on its input rows."""
+    import torch
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        for module, x in zip(modules, rows):
+            module(x)
+    return time.perf_counter() - start
+
+
 def linear_floor(model, batch: int, repeats: int) -> dict[str, Any]:
     """Time every linear layer (the head included) once on ``batch`` random rows, nothing else.
 
@@ -305,20 +321,24 @@ def linear_floor(model, batch: int, repeats: int) -> dict[str, Any]:
 
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     inputs = [torch.randn(batch, m.in_features) for m in linears]
-
-    def sweep(modules: list[torch.nn.Module], rows: list[torch.Tensor]) -> float:
-        start = time.perf_counter()
-        with torch.no_grad():
-            for module, x in zip(modules, rows):
-                module(x)
-        return time.perf_counter() - start
-
-    sweep(linears, inputs)
+    sweep_s(linears, inputs)
     head = [model.lm_head], [torch.randn(batch, model.lm_head.in_features)]
-    return {"all_s": summary([sweep(linears, inputs) for _ in range(repeats)]),
-            "head_s": summary([sweep(*head) for _ in range(repeats)]),
+    return {"all_s": summary([sweep_s(linears, inputs) for _ in range(repeats)]),
+            "head_s": summary([sweep_s(*head) for _ in range(repeats)]),
             "all_bytes": sum(m.weight.numel() * m.weight.element_size() for m in linears),
             "head_bytes": model.lm_head.weight.numel() * model.lm_head.weight.element_size()}
+
+
+def prefill_linear_floor(model, length: int, repeats: int) -> dict[str, Any]:
+    """The same for a prefill of ``length`` tokens: every linear layer but the head on ``length`` random
+    rows, the head on one (a prefill needs the last token's logits only). Its matrix products alone."""
+    import torch
+
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(1 if m is model.lm_head else length, m.in_features) for m in linears]
+    sweep_s(linears, inputs)
+    flops = sum(2 * x.shape[0] * m.in_features * m.out_features for m, x in zip(linears, inputs))
+    return {"all_s": summary([sweep_s(linears, inputs) for _ in range(repeats)]), "flops": flops}
 # --8<-- [end:linear_floor]
 
 
@@ -379,6 +399,9 @@ def merge_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
     out["linear_floor"] = {b: dict(floor, **{k: joined(lambda r, b=b, k=k: r["linear_floor"][b][k])
                                              for k in ("all_s", "head_s")})
                            for b, floor in last["linear_floor"].items()}
+    out["prefill_linear_floor"] = {
+        n: dict(floor, all_s=joined(lambda r, n=n: r["prefill_linear_floor"][n]["all_s"]))
+        for n, floor in last["prefill_linear_floor"].items()}
     return out
 
 
