@@ -289,10 +289,10 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
         result["tokens"]["decode"][str(batch)] = tokens
         bar.update()
     bar.close()
+    result["peak_rss_bytes"] = peak_rss_bytes()  # of the timed runs, before the floors' random inputs
     result["linear_floor"] = {str(b): linear_floor(model, b, args.repeats) for b in args.batches}
     result["prefill_linear_floor"] = {str(n): prefill_linear_floor(model, n, args.repeats)
                                       for n in args.prefill}
-    result["peak_rss_bytes"] = peak_rss_bytes()
     result["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
     result["cache_bytes"] = largest_cache_bytes(model, args) if args.side == "ours" else None
     result["load_average"] = {"before": before, "after": load_average()}
@@ -311,6 +311,15 @@ def sweep_s(modules: list, rows: list) -> float:
     return time.perf_counter() - start
 
 
+def random_rows(shapes: list[tuple[int, int]]) -> list:
+    """One random input per distinct shape, shared by the layers that take it (one per layer would add
+    every layer's input to the peak memory this benchmark reports)."""
+    import torch
+
+    by_shape = {shape: torch.randn(shape) for shape in set(shapes)}
+    return [by_shape[shape] for shape in shapes]
+
+
 def linear_floor(model, batch: int, repeats: int) -> dict[str, Any]:
     """Time every linear layer (the head included) once on ``batch`` random rows, nothing else.
 
@@ -320,7 +329,7 @@ def linear_floor(model, batch: int, repeats: int) -> dict[str, Any]:
     import torch
 
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    inputs = [torch.randn(batch, m.in_features) for m in linears]
+    inputs = random_rows([(batch, m.in_features) for m in linears])
     sweep_s(linears, inputs)
     head = [model.lm_head], [torch.randn(batch, model.lm_head.in_features)]
     return {"all_s": summary([sweep_s(linears, inputs) for _ in range(repeats)]),
@@ -335,7 +344,7 @@ def prefill_linear_floor(model, length: int, repeats: int) -> dict[str, Any]:
     import torch
 
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    inputs = [torch.randn(1 if m is model.lm_head else length, m.in_features) for m in linears]
+    inputs = random_rows([(1 if m is model.lm_head else length, m.in_features) for m in linears])
     sweep_s(linears, inputs)
     flops = sum(2 * x.shape[0] * m.in_features * m.out_features for m, x in zip(linears, inputs))
     return {"all_s": summary([sweep_s(linears, inputs) for _ in range(repeats)]), "flops": flops}
