@@ -24,7 +24,7 @@ PICTURES_DIR = ROOT / "docs" / "assets" / "pictures"
 DOCS = ROOT / "docs"
 SVG = "{http://www.w3.org/2000/svg}"
 CJK = re.compile(r"[\u3400-\u9fff\uff00-\uffef]")
-IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]*assets/pictures/(?P<name>[\w-]+)\.svg)\)")
+IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]*assets/pictures/(?P<name>[\w.-]+)\.svg)\)")
 MAX_BYTES = 150_000
 LABELS = {
     "abc-rounds": picture_labels.ABC,
