@@ -29,34 +29,32 @@ from typing import Any
 import torch
 
 from mini_deepinfer.batch import BatchEngine
+from mini_deepinfer.bench.common import (
+    PRESETS,
+    add_common_options,
+    check_common_options,
+    load_suffix,
+    model_description,
+    provenance,
+    text_table,
+    where,
+)
 from mini_deepinfer.device import (
-    device_info,
     device_module,
-    dtype_name,
     resolve_device,
     resolve_dtype,
     synchronize,
 )
-from mini_deepinfer.generate import OneLineParser, UsageError
+from mini_deepinfer.generate import OneLineParser
 from mini_deepinfer.models import Qwen35Config, build_model
 from mini_deepinfer.models.common import CausalLM
 from mini_deepinfer.plan import RoundPlan, RoundResult
-from mini_deepinfer.records import check_output_path, source_sha, utc_now_iso, write_record
+from mini_deepinfer.records import write_record
 from mini_deepinfer.request import SamplingParams
 from mini_deepinfer.runner import ModelRunner, RunnerLaunch, new_cache
 
-SCHEMA_VERSION = 1
 MODES: dict[str, bool] = {"synchronous": False, "cross_round": True}  # mode name -> Engine(pipeline=...)
 WARMUP_RUNS = 1  # per mode, before any measured run (first calls allocate and fill caches)
-PRESETS: dict[str, dict[str, int]] = {
-    # the layer pattern of Qwen3.5 (three Gated DeltaNet layers, then one gated attention layer)
-    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-                 linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16),
-    "small": dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
-                  num_attention_heads=8, num_key_value_heads=2, head_dim=32, linear_num_key_heads=4,
-                  linear_num_value_heads=8, linear_key_head_dim=32, linear_value_head_dim=32),
-}
 REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch",
                "config", "results", "checks")
 """Top-level keys of the JSON file, in this order."""
@@ -351,8 +349,7 @@ def build_report(argv: list[str], settings: Settings, model: CausalLM,
     workload = settings.workload
     config = {
         "preset": settings.preset,
-        "model": {"architecture": "Qwen3.5 (random weights, built in code)",
-                  "parameters": sum(p.numel() for p in model.parameters()), **PRESETS[settings.preset]},
+        "model": model_description(settings.preset, model),
         "requests": workload.num_requests, "prompt_lens": workload.prompt_lens,
         "new_tokens": workload.new_tokens, "greedy": True, "ignore_eos": True, "seed": workload.seed,
         "max_num_seqs": workload.num_requests, "max_batched_tokens": sum(workload.prompt_lens),
@@ -360,11 +357,7 @@ def build_report(argv: list[str], settings: Settings, model: CausalLM,
         "cpu_threads": torch.get_num_threads(),
     }
     return {
-        "schema": SCHEMA_VERSION, "benchmark": "rounds",
-        "command": ["python", "-m", "mini_deepinfer.bench.rounds", *argv], "date": utc_now_iso(),
-        "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
-        "device": device_info(settings.device), "dtype": dtype_name(settings.dtype),
-        "torch": torch.__version__, "config": config,
+        **provenance("rounds", argv, settings.device, settings.dtype), "config": config,
         "results": {mode: mode_results(mode_runs) for mode, mode_runs in runs.items()},
         "checks": checks(runs),
     }
@@ -398,29 +391,18 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 def describe(report: dict[str, Any]) -> str:
     """One line: where and on what the numbers were measured."""
-    device, config = report["device"], report["config"]
-    where = device["name"]
-    if device["type"] != "cpu":
-        where = f"{device['type']}:{device['index']} {device['name']}"
+    config = report["config"]
     model = f"{config['model']['parameters']} parameters, random weights"
-    return (f"device={device['type']} ({where}), cpu_threads={config['cpu_threads']}, "
+    return (f"device={where(report['device'])}, cpu_threads={config['cpu_threads']}, "
             f"torch={report['torch']}, dtype={report['dtype']}, preset={config['preset']} ({model}), "
             f"requests={config['requests']}x{config['new_tokens']} new tokens, "
-            f"repeats={config['repeats']}, date={report['date']}{_load(device)}")
-
-
-def _load(device: dict[str, Any]) -> str:
-    load = device.get("load_average_1m")
-    return "" if load is None else f", load_1m={load['before']:.2f}->{load['after']:.2f}"
+            f"repeats={config['repeats']}, date={report['date']}{load_suffix(report['device'])}")
 # --8<-- [end:table]
 
 
 def format_table(report: dict[str, Any]) -> str:
     """The plain-text table the command prints."""
-    header = ("key", "synchronous", "cross_round", "cross/sync")
-    rows = [header, *summary_rows(report)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = text_table([("key", "synchronous", "cross_round", "cross/sync"), *summary_rows(report)])
     verdict = "identical" if report["checks"]["tokens_identical"] else "DIFFERENT"
     return "\n".join([describe(report), *lines, f"tokens of both modes: {verdict}"]) + "\n"
 
@@ -440,30 +422,16 @@ def format_markdown(report: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m mini_deepinfer.bench.rounds",
                       description="Time rounds of a random Qwen3.5, synchronous vs cross-round.")
-    p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (default cpu)")
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
-    p.add_argument("--preset", default="small", help=f"model shape: {' or '.join(PRESETS)} (default small)")
-    p.add_argument("--repeats", type=int, default=9, help="measured runs per mode (default 9)")
+    add_common_options(p, repeats=9, repeats_help="measured runs per mode")
     p.add_argument("--requests", type=int, default=4, help="requests in the batch (default 4)")
-    p.add_argument("--new-tokens", type=int, default=64, help="tokens each request generates (default 64)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--output", type=Path, help="write the results as JSON to this file")
     return p
 
 
 def resolve_settings(argv: list[str]) -> Settings:
     """Parse and check the options; raises a ValueError with one line for bad input."""
     a = build_parser().parse_args(argv)
-    if a.preset not in PRESETS:
-        raise UsageError(f"unknown preset {a.preset!r}: use {' or '.join(PRESETS)}")
-    for name, value in (("--repeats", a.repeats), ("--requests", a.requests), ("--new-tokens", a.new_tokens),
-                        ("--threads", a.threads)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be >= 1, got {value}")
-    if a.output is not None:
-        check_output_path(a.output)
-    if a.threads is not None:
-        torch.set_num_threads(a.threads)
+    check_common_options(a, {"--repeats": a.repeats, "--requests": a.requests, "--new-tokens": a.new_tokens,
+                             "--threads": a.threads})
     return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, a.repeats,
                     Workload(a.requests, a.new_tokens), a.output)
 

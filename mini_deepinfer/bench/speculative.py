@@ -38,19 +38,27 @@ from typing import Any
 
 import torch
 
-from mini_deepinfer.bench.rounds import PRESETS
-from mini_deepinfer.device import device_info, dtype_name, resolve_device, resolve_dtype, synchronize
+from mini_deepinfer.bench.common import (
+    PRESETS,
+    add_common_options,
+    check_common_options,
+    load_suffix,
+    model_description,
+    provenance,
+    text_table,
+    where,
+)
+from mini_deepinfer.device import resolve_device, resolve_dtype, synchronize
 from mini_deepinfer.engine import Engine
 from mini_deepinfer.generate import OneLineParser, UsageError
 from mini_deepinfer.model_draft_demo import perturbed_copy
 from mini_deepinfer.models import Qwen35Config, build_model
 from mini_deepinfer.models.common import CausalLM
-from mini_deepinfer.records import check_output_path, source_sha, utc_now_iso, write_record
+from mini_deepinfer.records import write_record
 from mini_deepinfer.request import SamplingParams
 from mini_deepinfer.runner import ModelRunner, new_cache
 from mini_deepinfer.speculative import ModelDraft, SpeculativeRunner
 
-SCHEMA_VERSION = 1
 DAMPING = 0.1
 NOISE = 0.1
 REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch", "config",
@@ -236,18 +244,13 @@ def build_report(argv: list[str], settings: Settings, target: CausalLM,
     every = [run for case in runs.values() for run in case]
     config = {
         "preset": settings.preset, "damping": DAMPING, "noise": NOISE,
-        "model": {"architecture": "Qwen3.5 (random weights, built in code)",
-                  "parameters": sum(p.numel() for p in target.parameters()), **PRESETS[settings.preset]},
+        "model": model_description(settings.preset, target),
         "drafts": DRAFTS, "widths": settings.widths, "prompt_len": settings.workload.prompt_len,
         "new_tokens": settings.workload.new_tokens, "greedy": True, "ignore_eos": True,
         "seed": settings.workload.seed, "repeats": settings.repeats, "cpu_threads": torch.get_num_threads(),
     }
     return {
-        "schema": SCHEMA_VERSION, "benchmark": "speculative",
-        "command": ["python", "-m", "mini_deepinfer.bench.speculative", *argv], "date": utc_now_iso(),
-        "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
-        "device": device_info(settings.device), "dtype": dtype_name(settings.dtype),
-        "torch": torch.__version__, "config": config,
+        **provenance("speculative", argv, settings.device, settings.dtype), "config": config,
         "results": {name: case_result(name, case_runs, plain_ms, plain_forward_ms)
                     for name, case_runs in runs.items()},
         "checks": {"tokens_identical": all(run.outputs == reference for run in every),
@@ -273,22 +276,14 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
 
 def describe(report: dict[str, Any]) -> str:
     """One line: where and on what the numbers were measured."""
-    device, config = report["device"], report["config"]
-    where = device["name"]
-    if device["type"] != "cpu":
-        where = f"{device['type']}:{device['index']} {device['name']}"
+    config = report["config"]
     params = config["model"]["parameters"]
-    return (f"device={device['type']} ({where}), cpu_threads={config['cpu_threads']}, "
+    return (f"device={where(report['device'])}, cpu_threads={config['cpu_threads']}, "
             f"torch={report['torch']}, dtype={report['dtype']}, preset={config['preset']} ({params} "
             f"parameters, random weights, second half damped x{config['damping']}), "
             f"prompt={config['prompt_len']}, "
             f"new_tokens={config['new_tokens']}, repeats={config['repeats']}, date={report['date']}"
-            f"{_load(device)}")
-
-
-def _load(device: dict[str, Any]) -> str:
-    load = device.get("load_average_1m")
-    return "" if load is None else f", load_1m={load['before']:.2f}->{load['after']:.2f}"
+            f"{load_suffix(report['device'])}")
 # --8<-- [end:table]
 
 
@@ -298,9 +293,7 @@ HEADER = ("case", "wall ms", "vs plain", "target fwd/token", "draft fwd/token", 
 
 def format_table(report: dict[str, Any]) -> str:
     """The plain-text table the command prints."""
-    rows = [HEADER, *table_rows(report)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = text_table([HEADER, *table_rows(report)])
     verdict = "identical" if report["checks"]["tokens_identical"] else "DIFFERENT"
     return "\n".join([describe(report), *lines, f"tokens of every case: {verdict}"]) + "\n"
 
@@ -333,35 +326,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m mini_deepinfer.bench.speculative",
                       description="Time plain and speculative decoding of a random Qwen3.5 with drafts that "
                                   "always, sometimes and never agree, and a cheaper half-depth draft.")
-    p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (default cpu)")
-    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
-    p.add_argument("--preset", default="small", help=f"model shape: {' or '.join(PRESETS)} (default small)")
+    add_common_options(p, repeats=5, repeats_help="measured runs per case")
     p.add_argument("--widths", default="2,4", help="comma-separated draft widths, 1..16 (default 2,4)")
-    p.add_argument("--repeats", type=int, default=5, help="measured runs per case (default 5)")
-    p.add_argument("--new-tokens", type=int, default=64, help="tokens the request generates (default 64)")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--output", type=Path, help="write the results as JSON to this file")
     return p
 
 
 def resolve_settings(argv: list[str]) -> Settings:
     """Parse and check the options; raises a ValueError with one line for bad input."""
     a = build_parser().parse_args(argv)
-    if a.preset not in PRESETS:
-        raise UsageError(f"unknown preset {a.preset!r}: use {' or '.join(PRESETS)}")
+    check_common_options(a, {"--repeats": a.repeats, "--new-tokens": a.new_tokens, "--threads": a.threads})
     try:
         widths = [int(w) for w in a.widths.split(",")]
     except ValueError:
         raise UsageError(f"--widths must be comma-separated integers, got {a.widths!r}") from None
     if not all(1 <= w <= 16 for w in widths):
         raise UsageError(f"every draft width must be in 1..16, got {a.widths}")
-    for name, value in (("--repeats", a.repeats), ("--new-tokens", a.new_tokens), ("--threads", a.threads)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be >= 1, got {value}")
-    if a.output is not None:
-        check_output_path(a.output)
-    if a.threads is not None:
-        torch.set_num_threads(a.threads)
     return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, widths, a.repeats,
                     Workload(new_tokens=a.new_tokens), a.output)
 

@@ -1,0 +1,93 @@
+"""What the two in-process benchmarks, ``bench.rounds`` and ``bench.speculative``, share.
+
+Scope: the random Qwen3.5 shapes they build (``PRESETS``), their common command-line options and the checks
+on them, the provenance part of their JSON (command, date, source, device, dtype), the text that says where
+a result was measured, and the plain-text table layout.
+
+Non-scope: what each benchmark measures and reports (its own module), and the comparison with
+transformers (``bench.__main__``, which runs each side in its own process and builds no model in code).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mini_deepinfer.device import device_info, dtype_name
+from mini_deepinfer.generate import UsageError
+from mini_deepinfer.records import check_output_path, source_sha, utc_now_iso
+
+PRESETS: dict[str, dict[str, int]] = {
+    # the layer pattern of Qwen3.5 (three Gated DeltaNet layers, then one gated attention layer)
+    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+                 linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16),
+    "small": dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
+                  num_attention_heads=8, num_key_value_heads=2, head_dim=32, linear_num_key_heads=4,
+                  linear_num_value_heads=8, linear_key_head_dim=32, linear_value_head_dim=32),
+}
+
+
+def add_common_options(parser: argparse.ArgumentParser, repeats: int, repeats_help: str) -> None:
+    """The options both benchmarks take: where and in what dtype to run, the shape, and the output."""
+    p = parser
+    p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (default cpu)")
+    p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
+    p.add_argument("--preset", default="small", help=f"model shape: {' or '.join(PRESETS)} (default small)")
+    p.add_argument("--repeats", type=int, default=repeats, help=f"{repeats_help} (default {repeats})")
+    p.add_argument("--new-tokens", type=int, default=64, help="tokens each request generates (default 64)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--output", type=Path, help="write the results as JSON to this file")
+
+
+def check_common_options(args: argparse.Namespace, counts: dict[str, int | None]) -> None:
+    """Raise ``UsageError`` (one line) for a bad preset, a count below 1 or an unusable output path; then
+    apply ``--threads``. ``counts`` maps each option name to its value (None when not given)."""
+    if args.preset not in PRESETS:
+        raise UsageError(f"unknown preset {args.preset!r}: use {' or '.join(PRESETS)}")
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be >= 1, got {value}")
+    if args.output is not None:
+        check_output_path(args.output)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+
+def provenance(benchmark: str, argv: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """The first keys of a report: which benchmark, the command, when, from what source, where, in what."""
+    return {
+        "schema": 1, "benchmark": benchmark,
+        "command": ["python", "-m", f"mini_deepinfer.bench.{benchmark}", *argv], "date": utc_now_iso(),
+        "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
+        "device": device_info(device), "dtype": dtype_name(dtype), "torch": torch.__version__,
+    }
+
+
+def model_description(preset: str, model: torch.nn.Module) -> dict[str, Any]:
+    """The report's ``config.model``: what was built, its parameter count and the preset's shape."""
+    return {"architecture": "Qwen3.5 (random weights, built in code)",
+            "parameters": sum(p.numel() for p in model.parameters()), **PRESETS[preset]}
+
+
+def where(device: dict[str, Any]) -> str:
+    """``cpu (<name>)`` or ``cuda (cuda:0 <name>)``, from a report's ``device``."""
+    name = device["name"]
+    if device["type"] != "cpu":
+        name = f"{device['type']}:{device['index']} {name}"
+    return f"{device['type']} ({name})"
+
+
+def load_suffix(device: dict[str, Any]) -> str:
+    """``, load_1m=a->b`` when the report recorded the machine's load, else nothing."""
+    load = device.get("load_average_1m")
+    return "" if load is None else f", load_1m={load['before']:.2f}->{load['after']:.2f}"
+
+
+def text_table(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows (the first is the header) as left-aligned columns separated by two spaces."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
