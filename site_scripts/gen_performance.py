@@ -32,7 +32,8 @@ def describe(report: dict[str, Any]) -> str:
     device, config, load = report["device"], report["config"], report["load_average"]
     loads = [x for x in (load.get("start"), load.get("end")) if x]
     load_text = "->".join(f"{x[0]:.2f}" for x in loads) or "-"
-    return (f"`device=cpu ({device['name']}), threads={config['threads']}, torch={report['torch']}, "
+    return (f"`device={device['type']} ({device['name']}), threads={config['threads']}, "
+            f"torch={report['torch']}, "
             f"transformers={report['transformers']}, dtype={report['dtype']}, preset={config['preset']} "
             f"(random weights), repeats={config['repeats']} after {config['warmup_runs']} warm-up, "
             f"new_tokens={config['new_tokens']}, date={report['date']}, load_1m={load_text}`")
@@ -53,6 +54,9 @@ def timing_rows(report: dict[str, Any]) -> list[str]:
                     f"{cmp['decode_speedup'][batch]:.2f}x |")
         rows.append(f"| decode, batch {batch} (tokens/s) | {stats['tokens_per_s']:.2f} | "
                     f"{theirs['decode'][batch]['tokens_per_s']:.2f} | |")
+    if ours.get("peak_device_bytes") is not None:
+        rows.append(f"| peak device memory (GiB) | {ours['peak_device_bytes'] / GIB:.2f} | "
+                    f"{theirs['peak_device_bytes'] / GIB:.2f} | |")
     rows.append(f"| peak resident memory (GiB) | {ours['peak_rss_bytes'] / GIB:.2f} | "
                 f"{theirs['peak_rss_bytes'] / GIB:.2f} | |")
     return rows
@@ -101,10 +105,12 @@ def prefill_floor_rows(report: dict[str, Any]) -> list[str]:
 
 def target_rows(report: dict[str, Any]) -> list[str]:
     rows = ["| target | threshold | measured | met |", "|---|---:|---:|---|"]
-    for t in report["targets"].values():
-        sign = "<=" if "peak RSS" in t["what"] else ">="
+    for name, t in report["targets"].items():
+        sign = "<=" if name == "peak_memory" else ">="
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
         met = "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        if not t.get("applies", True):
+            met = "does not apply (the targets are set for CPU, float32)"
         rows.append(f"| {t['what']} | {sign} {t['threshold']} | {value} | {met} |")
     return rows
 

@@ -74,3 +74,24 @@ def test_bench_bad_arguments_print_one_line_and_exit_2() -> None:
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error:")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_half_precision_is_recorded_and_targets_do_not_apply(tmp_path: Path) -> None:
+    output = tmp_path / "bf16.json"
+    proc = run_bench(*TINY_RUN, "--dtype", "bfloat16", "--output", str(output))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(output.read_text(encoding="utf-8"))
+    assert report["dtype"] == "bfloat16" and report["device"]["type"] == "cpu"
+    assert all(t["applies"] is False and t["met"] is None for t in report["targets"].values())
+    assert report["ours"]["peak_device_bytes"] is None
+
+
+def test_bench_unavailable_device_prints_one_line_and_exits_2() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = run_bench("--device", "cuda")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "CUDA is not available" in proc.stderr
