@@ -38,16 +38,7 @@ from typing import Any
 
 import torch
 
-from mini_deepinfer.bench.common import (
-    PRESETS,
-    add_common_options,
-    check_common_options,
-    load_suffix,
-    model_description,
-    provenance,
-    text_table,
-    where,
-)
+from mini_deepinfer.bench import common
 from mini_deepinfer.device import resolve_device, resolve_dtype, synchronize
 from mini_deepinfer.engine import Engine
 from mini_deepinfer.generate import OneLineParser, UsageError
@@ -90,7 +81,8 @@ class Workload:
 
 def build_target(preset: str, dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
     """A random Qwen3.5 of the preset's shape whose second half of layers is damped (see the module text)."""
-    model = build_model(Qwen35Config(**PRESETS[preset], initializer_range=0.02), dtype, device, seed=seed)
+    config = Qwen35Config(**common.PRESETS[preset], initializer_range=0.02)
+    model = build_model(config, dtype, device, seed=seed)
     half = model.config.num_hidden_layers // 2
     with torch.no_grad():
         for layer in model.model.layers[half:]:
@@ -244,13 +236,13 @@ def build_report(argv: list[str], settings: Settings, target: CausalLM,
     every = [run for case in runs.values() for run in case]
     config = {
         "preset": settings.preset, "damping": DAMPING, "noise": NOISE,
-        "model": model_description(settings.preset, target),
+        "model": common.model_description(settings.preset, target),
         "drafts": DRAFTS, "widths": settings.widths, "prompt_len": settings.workload.prompt_len,
         "new_tokens": settings.workload.new_tokens, "greedy": True, "ignore_eos": True,
         "seed": settings.workload.seed, "repeats": settings.repeats, "cpu_threads": torch.get_num_threads(),
     }
     return {
-        **provenance("speculative", argv, settings.device, settings.dtype), "config": config,
+        **common.provenance("speculative", argv, settings.device, settings.dtype), "config": config,
         "results": {name: case_result(name, case_runs, plain_ms, plain_forward_ms)
                     for name, case_runs in runs.items()},
         "checks": {"tokens_identical": all(run.outputs == reference for run in every),
@@ -278,12 +270,12 @@ def describe(report: dict[str, Any]) -> str:
     """One line: where and on what the numbers were measured."""
     config = report["config"]
     params = config["model"]["parameters"]
-    return (f"device={where(report['device'])}, cpu_threads={config['cpu_threads']}, "
+    return (f"device={common.where(report['device'])}, cpu_threads={config['cpu_threads']}, "
             f"torch={report['torch']}, dtype={report['dtype']}, preset={config['preset']} ({params} "
             f"parameters, random weights, second half damped x{config['damping']}), "
             f"prompt={config['prompt_len']}, "
             f"new_tokens={config['new_tokens']}, repeats={config['repeats']}, date={report['date']}"
-            f"{load_suffix(report['device'])}")
+            f"{common.load_suffix(report['device'])}")
 # --8<-- [end:table]
 
 
@@ -293,7 +285,7 @@ HEADER = ("case", "wall ms", "vs plain", "target fwd/token", "draft fwd/token", 
 
 def format_table(report: dict[str, Any]) -> str:
     """The plain-text table the command prints."""
-    lines = text_table([HEADER, *table_rows(report)])
+    lines = common.text_table([HEADER, *table_rows(report)])
     verdict = "identical" if report["checks"]["tokens_identical"] else "DIFFERENT"
     return "\n".join([describe(report), *lines, f"tokens of every case: {verdict}"]) + "\n"
 
@@ -326,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m mini_deepinfer.bench.speculative",
                       description="Time plain and speculative decoding of a random Qwen3.5 with drafts that "
                                   "always, sometimes and never agree, and a cheaper half-depth draft.")
-    add_common_options(p, repeats=5, repeats_help="measured runs per case")
+    common.add_common_options(p, repeats=5, repeats_help="measured runs per case")
     p.add_argument("--widths", default="2,4", help="comma-separated draft widths, 1..16 (default 2,4)")
     return p
 
@@ -334,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
 def resolve_settings(argv: list[str]) -> Settings:
     """Parse and check the options; raises a ValueError with one line for bad input."""
     a = build_parser().parse_args(argv)
-    check_common_options(a, {"--repeats": a.repeats, "--new-tokens": a.new_tokens, "--threads": a.threads})
+    counts = {"--repeats": a.repeats, "--new-tokens": a.new_tokens, "--threads": a.threads}
+    common.check_common_options(a, counts)
     try:
         widths = [int(w) for w in a.widths.split(",")]
     except ValueError:
