@@ -194,6 +194,7 @@ def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
 
 
 def _current_umask() -> int:
+    """The process's umask. ``os`` can only read it by setting it, so it is set and put straight back."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -107,7 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m mini_deepinfer.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="qwen3.5-0.8b", choices=["tiny", "qwen3.5-0.8b", "qwen3.5-2b"],
                    help="random checkpoint shape")
-    p.add_argument("--repeats", type=int, default=3, help="timed repetitions of every measurement")
+    p.add_argument("--repeats", type=int, default=3, help="rounds, each running both sides once")
     p.add_argument("--prefill", type=positive_ints, default=[512, 2048], help="prompt lengths for prefill")
     p.add_argument("--batches", type=positive_ints, default=[1, 8], help="batch sizes for decode")
     p.add_argument("--prompt-len", type=int, default=32, help="longest prompt of the decode measurement")

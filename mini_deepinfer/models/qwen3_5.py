@@ -187,7 +187,8 @@ def chunked_delta_rule(
         beta: ``[..., L]`` write strengths.
         state: ``[..., dk, dv]`` initial state.
         chunk_size: Tokens per chunk (fewer when ``L`` is shorter). The work inside a chunk grows with its
-            square, the scan's steps with ``L / chunk_size``; 32 measured fastest on CPU for 128-dim heads.
+            square, the scan's sequential steps with ``L / chunk_size``; 32 keeps the first small for
+            128-dim heads. Every size gives the token-by-token result up to rounding (the tests compare).
 
     Returns:
         ``(o, final_state)`` with ``o`` of shape ``[..., L, dv]``.
