@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .engine import Engine
-from .request import SamplingParams
-from .toy import ToyRunner
-from .trace import Trace, TraceEvent, format_event
+from .core.engine import Engine, EngineConfig
+from .core.request import SamplingParams
+from .core.toy import ToyRunner
+from .core.trace import Trace, TraceEvent, format_event
 
 QUIET_KINDS = {"launch", "read"}  # shown only with --pipeline, where their order is the point
 
@@ -38,7 +38,8 @@ def run_demo(args: argparse.Namespace, print_line=print) -> Engine:
         if args.pipeline or event.kind not in QUIET_KINDS:
             print_line(format_event(event))
 
-    engine = Engine(ToyRunner(), kv_capacity=args.slots, pipeline=args.pipeline, trace=Trace(listener=show))
+    config = EngineConfig(kv_capacity=args.slots, pipeline=args.pipeline)
+    engine = Engine(ToyRunner(), config, trace=Trace(listener=show))
     engine.submit("req-0", [10, 11], SamplingParams(max_new_tokens=3))
     engine.submit("req-1", [20], SamplingParams(max_new_tokens=4, eos_token_ids=(22,)))
     while engine.has_unfinished():

@@ -28,8 +28,6 @@ benchmark ``python -m mini_deepinfer.bench.speculative``).
 from __future__ import annotations
 
 import argparse
-import copy
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -37,14 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .generate import OneLineParser, UsageError
-from .request import SamplingParams
-from .trace import Trace, TraceEvent, format_event
+from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
+from mini_deepinfer.core.request import SamplingParams
+from mini_deepinfer.core.trace import Trace, TraceEvent, format_event, span
+from mini_deepinfer.tools.cli import OneLineParser, UsageError, in_flag_terms, run_command
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .models.common import CausalLM
-    from .speculative import RoundDetail, SpeculativeRunner
+    from mini_deepinfer.core.engine import Engine
+    from mini_deepinfer.models.layers import CausalLM
+    from mini_deepinfer.runtime.speculative.runner import RoundDetail, SpeculativeRunner
 
 TARGET_SEED = 0
 PROMPT = (11, 22, 33)
@@ -77,52 +76,23 @@ EXAMPLES = {
 
 
 def demo_target(seed: int = TARGET_SEED) -> CausalLM:
-    """A random, untrained Qwen3.5 with 3 Gated DeltaNet layers, then 1 gated attention layer (vocab 256)."""
+    """A random, untrained ``tiny`` Qwen3.5 (3 Gated DeltaNet layers, then 1 attention layer, vocabulary
+    256)."""
     import torch
 
-    from .models import Qwen35Config, build_model
+    from mini_deepinfer.models import build_model
+    from mini_deepinfer.models.presets import qwen3_5_config
 
-    config = Qwen35Config(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-        linear_key_head_dim=16, linear_value_head_dim=16,
-        layer_types=("linear_attention",) * 3 + ("full_attention",), initializer_range=0.02)
-    return build_model(config, torch.float32, "cpu", seed=seed)
-
-
-# --8<-- [start:perturbed_copy]
-def perturbed_copy(model: CausalLM, noise: float, seed: int) -> CausalLM:
-    """A copy of ``model`` whose matrices get Gaussian noise of ``noise`` x their own standard deviation.
-
-    Norm weights, decay rates and other vectors stay as they are. ``noise=0`` is an exact copy.
-    """
-    import torch
-
-    draft = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in draft.parameters():
-            if param.dim() >= 2 and noise:
-                scale = float(param.float().std()) * noise
-                param.add_((torch.randn(param.shape, generator=generator) * scale).to(param.dtype))
-    return draft
-# --8<-- [end:perturbed_copy]
+    return build_model(qwen3_5_config("tiny"), torch.float32, "cpu", seed=seed)
 
 
 def make_engine(target: CausalLM, draft: CausalLM, width: int, trace: Trace) -> Engine:
     """One request at a time; both caches have the same capacities, so one slot numbering serves both."""
-    from .engine import Engine
-    from .runner import new_cache
-    from .speculative import ModelDraft, SpeculativeRunner
+    from mini_deepinfer.runtime.factory import build_engine
 
-    kv_slots = len(PROMPT) + MAX_NEW_TOKENS + 1
-    runner = SpeculativeRunner(target, new_cache(target, kv_slots, 1),
-                               ModelDraft(draft, new_cache(draft, kv_slots, 1), width))
-    return Engine(runner, kv_slots, 1, trace=trace, spec_width=width)
-
-
-def _span(start: int, n: int) -> str:
-    return str(start) if n == 1 else f"{start}..{start + n - 1}"
+    with in_flag_terms({"spec_width": "--width"}):
+        config = EngineConfig(kv_capacity=len(PROMPT) + MAX_NEW_TOKENS + 1, spec_width=width)
+        return build_engine(target, config, draft=draft, batching=False, trace=trace)
 
 
 def detail_lines(round_id: int, d: RoundDetail) -> list[str]:
@@ -130,17 +100,21 @@ def detail_lines(round_id: int, d: RoundDetail) -> list[str]:
     head = f"[round {round_id}]"
     prop, n = d.proposal, d.start
     topup = prop.inputs[0]
-    lines = [f"{head} draft    top-up inputs={topup} positions={_span(prop.topup_start, len(topup))} "
+    lines = [f"{head} draft    top-up inputs={topup} positions={span(prop.topup_start, len(topup))} "
              f"-> proposes {prop.drafts[0]}"]
     for j, (inp, out) in enumerate(zip(prop.inputs[1:], prop.drafts[1:]), start=1):
         lines.append(f"{head} draft    step   input={inp[0]} position={n + j} -> proposes {out}")
     k = len(prop.drafts)
-    lines.append(f"{head} target   verify inputs={d.target_inputs} positions={_span(n, k + 1)} (one forward, "
+    lines.append(f"{head} target   verify inputs={d.target_inputs} positions={span(n, k + 1)} (one forward, "
                  f"logits at all {k + 1} positions)")
     lines.extend(_sampled_lines(head, d) if d.steps else [_greedy_line(head, d)])
-    lines.append(_target_restore_line(head, d))
-    lines.append(_draft_restore_line(head, d))
     return lines
+
+
+def restore_lines(round_id: int, d: RoundDetail) -> list[str]:
+    """What ``Runner.rewind`` set back in both caches, after the group was committed."""
+    head = f"[round {round_id}]"
+    return [_target_restore_line(head, d), _draft_restore_line(head, d)]
 
 
 def _greedy_line(head: str, d: RoundDetail) -> str:
@@ -174,7 +148,7 @@ def _target_restore_line(head: str, d: RoundDetail) -> str:
     if a == k:
         return f"{head} restore  target state: keeps the state after position {n + k} (nothing rejected)"
     return (f"{head} restore  target state slot <- captured state after position {n + a} "
-            f"(captured at {_span(n, k + 1)})")
+            f"(captured at {span(n, k + 1)})")
 
 
 def _draft_restore_line(head: str, d: RoundDetail) -> str:
@@ -209,13 +183,15 @@ class RoundPrinter:
             width = len(d["inputs"]) - 1
             self.print_line(f"[round {event.round_id}] schedule {event.request_id} decode  "
                             f"input={d['inputs'][0]} "
-                            f"+ {width} draft positions, positions={_span(d['start_pos'], width + 1)} "
+                            f"+ {width} draft positions, positions={span(d['start_pos'], width + 1)} "
                             f"slots={d['slots']}")
-        elif event.kind == "rollback":
-            freed = event.data["slots"]
-            kept = event.data["kept"]
-            self.print_line(f"[round {event.round_id}] rollback {event.request_id} frees KV slots {freed} "
-                            f"(positions {_span(kept, len(freed))}); keeps positions 0..{kept - 1}")
+        elif event.kind == "rollback":  # the request goes on: both caches go back to its committed prefix
+            for line in restore_lines(event.round_id, self.runner.details[event.request_id]):
+                self.print_line(line)
+            freed, kept, head = event.data["slots"], event.data["kept"], f"[round {event.round_id}]"
+            if freed:
+                self.print_line(f"{head} rollback {event.request_id} frees KV slots {freed} "
+                                f"(positions {span(kept, len(freed))}); keeps positions 0..{kept - 1}")
         else:
             self.print_line(format_event(event))
 
@@ -229,7 +205,7 @@ class ColdCheck:
 
     def check(self, engine: Engine) -> bool:
         """Compare every running request's caches; True if all are within ``COLD_TOLERANCE``."""
-        from .speculative import cold_difference
+        from mini_deepinfer.tools.checks import cold_difference
 
         runner = engine.runner
         ok = True
@@ -265,6 +241,8 @@ def _held(n: int) -> str:
 
 def build_models(example: Example) -> tuple[CausalLM, CausalLM]:
     """The example's target and draft."""
+    from mini_deepinfer.tools.checkpoints import perturbed_copy
+
     target = demo_target()
     return target, perturbed_copy(target, example.noise, example.noise_seed)
 
@@ -310,7 +288,7 @@ def _decoding(example: Example) -> str:
 
 
 def greedy_check_line(engine: Engine) -> str:
-    from .speculative import check_greedy
+    from mini_deepinfer.tools.checks import check_greedy
 
     req = engine.requests["A"]
     if not req.params.greedy:
@@ -344,9 +322,9 @@ def build_record(argv: list[str], example: Example, width: int, engine: Engine, 
     """The run record of one example: both models, the request with its groups, both caches, the checks."""
     import torch
 
-    from .device import device_info
-    from .records import RunRecord, model_info
-    from .speculative import check_greedy
+    from mini_deepinfer.runtime.device import device_info
+    from mini_deepinfer.tools.checks import check_greedy
+    from mini_deepinfer.tools.records import RunRecord, model_info
 
     runner = engine.runner
     config = {"cpu_example": example.name, "width": width, "noise": example.noise,
@@ -382,39 +360,6 @@ def build_record(argv: list[str], example: Example, width: int, engine: Engine, 
     return record
 
 
-# --8<-- [start:write_draft]
-def write_perturbed_checkpoint(source: Path, output: Path, noise: float, seed: int,
-                               force: bool = False) -> int:
-    """Copy a checkpoint folder and add noise to every weight matrix; returns the number of tensors changed.
-
-    The copy keeps the tokenizer and config, so it can serve as a draft for the source checkpoint.
-    ``force`` replaces a non-empty ``output`` folder.
-    """
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    if not (source / "config.json").is_file():
-        raise ValueError(f"{source} is not a checkpoint folder (no config.json)")
-    if output.exists() and any(output.iterdir()):
-        if not force:
-            raise ValueError(f"{output} exists and is not empty (use --force to replace it)")
-        shutil.rmtree(output)
-    shutil.copytree(source, output, dirs_exist_ok=True)
-    generator = torch.Generator().manual_seed(seed)
-    changed = 0
-    for path in sorted(output.glob("*.safetensors")):
-        tensors = load_file(str(path))
-        for name in sorted(tensors):
-            t = tensors[name]
-            if t.dim() >= 2 and t.is_floating_point():
-                scale = float(t.float().std()) * noise
-                tensors[name] = (t.float() + torch.randn(t.shape, generator=generator) * scale).to(t.dtype)
-                changed += 1
-        save_file(tensors, str(path), metadata={"format": "pt"})
-    return changed
-# --8<-- [end:write_draft]
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m mini_deepinfer.model_draft_demo",
                       description="Speculative decoding on two random tiny Qwen3.5 models: the draft "
@@ -424,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rejection: a perturbed draft that agrees sometimes; acceptance: an exact copy; "
                         "sampling: a sampled request, accepted with probability min(1, p/q) "
                         "(default rejection)")
-    p.add_argument("--width", type=int, default=3, help="draft tokens per round, 1..16 (default 3)")
+    p.add_argument("--width", type=int, default=3,
+                   help=f"draft tokens per round, 1..{MAX_SPEC_WIDTH} (default 3)")
     p.add_argument("--trace-rounds", action="store_true", help="print every round")
     p.add_argument("--output", type=Path, help="write a run record (JSON) to this file")
     p.add_argument("--write-draft", nargs=2, type=Path, metavar=("TARGET_DIR", "DRAFT_DIR"),
@@ -436,37 +382,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        a = build_parser().parse_args(argv)
-        if a.write_draft:
-            if a.noise < 0:
-                raise UsageError(f"--noise must be >= 0, got {a.noise}")
-            changed = write_perturbed_checkpoint(*a.write_draft, noise=a.noise, seed=a.seed, force=a.force)
-            print(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their std")
-            return 0
-        if not 1 <= a.width <= 16:
-            raise UsageError(f"--width must be in 1..16, got {a.width}")
-        if a.output:
-            from .records import check_output_path
+def run(argv: list[str]) -> int:
+    a = build_parser().parse_args(argv)
+    if a.write_draft:
+        from mini_deepinfer.tools.checkpoints import write_perturbed_checkpoint
 
-            check_output_path(a.output)
-        import torch
+        if a.noise < 0:
+            raise UsageError(f"--noise must be >= 0, got {a.noise}")
+        changed = write_perturbed_checkpoint(*a.write_draft, noise=a.noise, seed=a.seed, force=a.force)
+        print(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their std")
+        return 0
+    if a.output:
+        from mini_deepinfer.tools.records import check_output_path
 
-        torch.set_num_threads(1)  # fastest for so small a model, and the same numbers on any machine
-        example = EXAMPLES[a.cpu_example]
-        start = time.perf_counter()
-        models = build_models(example)  # built in code: this is the run's "load"
-        load_s, start = time.perf_counter() - start, time.perf_counter()
-        engine, cold = run_example(example, a.width, a.trace_rounds, models=models)
-        if a.output:
-            run_s = time.perf_counter() - start
-            build_record(argv, example, a.width, engine, cold, load_s, run_s).write(a.output)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        check_output_path(a.output)
+    import torch
+
+    torch.set_num_threads(1)  # fastest for so small a model, and the same numbers on any machine
+    example = EXAMPLES[a.cpu_example]
+    start = time.perf_counter()
+    models = build_models(example)  # built in code: this is the run's "load"
+    load_s, start = time.perf_counter() - start, time.perf_counter()
+    engine, cold = run_example(example, a.width, a.trace_rounds, models=models)  # checks --width
+    if a.output:
+        run_s = time.perf_counter() - start
+        build_record(argv, example, a.width, engine, cold, load_s, run_s).write(a.output)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(run, argv, errors=(ValueError, OSError))
 
 
 if __name__ == "__main__":

@@ -26,14 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .generate import OneLineParser, UsageError
-from .request import Request, SamplingParams
-from .trace import Trace, TraceEvent, format_event
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.core.request import Request, SamplingParams
+from mini_deepinfer.core.trace import Trace, TraceEvent, format_event
+from mini_deepinfer.tools.cli import OneLineParser, in_flag_terms, run_command
 
 if TYPE_CHECKING:
     import torch
 
-    from .batch import BatchEngine
+    from mini_deepinfer.core.batch import BatchEngine
 
 MODEL_SEED = 0
 QUIET_KINDS = {"launch", "read"}  # printed only with --pipeline, where their order is the point
@@ -68,44 +69,44 @@ class DemoOptions:
     chunked_prefill: bool = True
     pipeline: bool = False
 
+    def engine_config(self) -> EngineConfig:
+        """The engine's numbers; making the config checks them (one line for any out of range)."""
+        return EngineConfig(kv_capacity=self.kv_slots, max_num_seqs=self.max_num_seqs,
+                            max_batched_tokens=self.max_batched_tokens, chunked_prefill=self.chunked_prefill,
+                            pipeline=self.pipeline)
+
 
 def demo_model(seed: int = MODEL_SEED) -> torch.nn.Module:
-    """A random, untrained Qwen3.5 small enough for two CPU cores: 3 Gated DeltaNet layers, then 1 attention.
+    """A random, untrained ``tiny`` Qwen3.5 (3 Gated DeltaNet layers, then 1 attention layer, vocabulary 256).
 
     ``initializer_range=0.1`` (rather than 0.02) makes the greedy tokens vary from step to step.
     """
     import torch
 
-    from .models import Qwen35Config, build_model
+    from mini_deepinfer.models import build_model
+    from mini_deepinfer.models.presets import qwen3_5_config
 
-    config = Qwen35Config(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-        linear_key_head_dim=16, linear_value_head_dim=16,
-        layer_types=("linear_attention",) * 3 + ("full_attention",), initializer_range=0.1)
-    return build_model(config, torch.float32, "cpu", seed=seed)
+    return build_model(qwen3_5_config("tiny", initializer_range=0.1), torch.float32, "cpu", seed=seed)
 
 
 def make_engine(model: torch.nn.Module, options: DemoOptions, trace: Trace) -> BatchEngine:
-    """A ``BatchEngine`` over a ``ModelRunner``; one state slot per admissible request."""
-    from .batch import BatchEngine
-    from .runner import ModelRunner, new_cache
+    """A ``BatchEngine`` over the model; one state slot per admissible request."""
+    from mini_deepinfer.runtime.factory import build_engine
 
-    runner = ModelRunner(model, new_cache(model, options.kv_slots, options.max_num_seqs))
-    return BatchEngine(runner, options.kv_slots, options.max_num_seqs, max_num_seqs=options.max_num_seqs,
-                       max_batched_tokens=options.max_batched_tokens, chunked_prefill=options.chunked_prefill,
-                       pipeline=options.pipeline, trace=trace)
+    flags = {"kv_capacity": "--kv-slots", "max_num_seqs": "--max-num-seqs",
+             "max_batched_tokens": "--max-batched-tokens"}
+    with in_flag_terms(flags):
+        return build_engine(model, options.engine_config(), trace=trace)
 
 
 # --8<-- [start:drive]
-def drive(engine: BatchEngine, requests: tuple[DemoRequest, ...],
+def drive(engine: BatchEngine, requests: list[tuple[DemoRequest, Request]],
           after_step: Callable[[], None] = lambda: None) -> None:
-    """Submit each request once its arrival round has passed; step until everything is done."""
-    pending = sorted(requests, key=lambda r: r.arrives_after_round)
+    """Add each request once its arrival round has passed; step until everything is done."""
+    pending = sorted(requests, key=lambda pair: pair[0].arrives_after_round)
     while pending or engine.has_unfinished():
-        while pending and pending[0].arrives_after_round <= engine.round_id:
-            req = pending.pop(0)
-            engine.submit(req.request_id, list(req.prompt), SamplingParams(max_new_tokens=req.max_new_tokens))
+        while pending and pending[0][0].arrives_after_round <= engine.round_id:
+            engine.add(pending.pop(0)[1])
         engine.step()
         after_step()
 # --8<-- [end:drive]
@@ -216,19 +217,19 @@ def run_demo(options: DemoOptions, print_line: Callable[[str], None] = print,
     model = model if model is not None else demo_model()
     engine = make_engine(model, options, Trace(listener=printer.on_event))
     printer.engine = engine
-    check_requests_fit(engine)
+    requests = check_requests(engine)  # before anything is printed
     for line in header_lines(options):
         print_line(line)
-    drive(engine, DEMO_REQUESTS, after_step=printer.round_done)
+    drive(engine, requests, after_step=printer.round_done)
     for line in summary_lines(engine):
         print_line(line)
     return engine
 
 
-def check_requests_fit(engine: BatchEngine) -> None:
-    """Refuse options under which some request could never run, before any round is printed."""
-    for demo in DEMO_REQUESTS:
-        engine.check_fits(Request(demo.request_id, demo.prompt, SamplingParams(demo.max_new_tokens)))
+def check_requests(engine: BatchEngine) -> list[tuple[DemoRequest, Request]]:
+    """Each demo request made (and checked against the cache and the budget) by ``engine``, not yet added."""
+    return [(d, engine.new_request(d.request_id, list(d.prompt), SamplingParams(d.max_new_tokens)))
+            for d in DEMO_REQUESTS]
 
 
 def summary_lines(engine: BatchEngine) -> list[str]:
@@ -275,25 +276,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_options(argv: list[str]) -> DemoOptions:
     a = build_parser().parse_args(argv)
-    for flag, value in (("--max-batched-tokens", a.max_batched_tokens), ("--kv-slots", a.kv_slots),
-                        ("--max-num-seqs", a.max_num_seqs)):
-        if value < 1:
-            raise UsageError(f"{flag} must be >= 1, got {value}")
     return DemoOptions(a.max_batched_tokens, a.kv_slots, a.max_num_seqs, not a.no_chunked_prefill, a.pipeline)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        options = parse_options(argv)
-        import torch
+def run(argv: list[str]) -> int:
+    options = parse_options(argv)
+    import torch
 
-        torch.set_num_threads(1)  # fastest for so small a model, and the same on any number of cores
-        run_demo(options)
-    except ValueError as exc:  # bad flags, or a request the chosen cache or budget can never serve
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    torch.set_num_threads(1)  # fastest for so small a model, and the same on any number of cores
+    run_demo(options)  # bad numbers, or a request the cache or budget can never serve: refused before round 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(run, argv)
 
 
 if __name__ == "__main__":

@@ -7,28 +7,18 @@ pools after each round. Non-scope: explaining any of it (the pages do).
 
 from __future__ import annotations
 
-import subprocess
 from collections import defaultdict
 
-from mini_deepinfer.trace import Trace, TraceEvent
-from site_scripts.regenerate import ROOT, GeneratorError, command_env, run_module
+from mini_deepinfer.core.trace import Trace, TraceEvent
+from site_scripts.common import run_module, run_shell, span
 
 # Shown on lesson 4's page exactly like this; the doc test runs the page's copy and compares.
 NO_CHUNKING = ("python -m mini_deepinfer.pipeline_demo --no-chunked-prefill 2>&1 >/dev/null "
                "|| echo \"exit code $?\"")
 
 
-def run_shell(command: str) -> str:
-    """Run a shell line the way the doc tests do (``bash -euo pipefail``, repository root); return stdout."""
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=ROOT, env=command_env(),
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
-    return proc.stdout
 
 
-def _span(start: int, n: int) -> str:
-    return str(start) if n == 1 else f"{start}..{start + n - 1}"
 
 
 def _cells(events: list[TraceEvent]) -> tuple[str, str, str]:
@@ -36,7 +26,7 @@ def _cells(events: list[TraceEvent]) -> tuple[str, str, str]:
     runs, commits, ends = [], [], []
     for e in events:
         if e.kind == "schedule":
-            positions = _span(e.data["start_pos"], len(e.data["inputs"]))
+            positions = span(e.data["start_pos"], len(e.data["inputs"]))
             runs.append(f"{e.request_id} {e.data['phase']} {positions}")
         elif e.kind == "commit":
             commits.append(f"{e.request_id} {', '.join(str(t) for t in e.data['tokens'])}")
@@ -56,7 +46,7 @@ def rounds_table() -> str:
     """
     import torch
 
-    from mini_deepinfer.pipeline_demo import DEMO_REQUESTS, DemoOptions, demo_model, drive, make_engine
+    from mini_deepinfer.pipeline_demo import DemoOptions, check_requests, demo_model, drive, make_engine
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the command does
@@ -70,7 +60,7 @@ def rounds_table() -> str:
             after[engine.round_id] = (f"{kv.num_free}/{kv.capacity}, {kv.num_free - engine.reserved_kv()} "
                                       f"| {state.num_free}/{state.capacity} | {waiting}")
 
-        drive(engine, DEMO_REQUESTS, after_step=snapshot)
+        drive(engine, check_requests(engine), after_step=snapshot)
     finally:
         torch.set_num_threads(threads)
     by_round: dict[int, list[TraceEvent]] = defaultdict(list)

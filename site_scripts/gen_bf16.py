@@ -18,13 +18,15 @@ from dataclasses import dataclass
 
 import torch
 
-from mini_deepinfer.batch import BatchEngine
-from mini_deepinfer.cache import HybridCache
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.models import Qwen35Config, build_model
-from mini_deepinfer.models.common import CausalLM, ForwardBatch
-from mini_deepinfer.request import SamplingParams
-from mini_deepinfer.runner import ModelRunner, new_cache
-from site_scripts.regenerate import ROOT, GeneratorError
+from mini_deepinfer.models.cache import HybridCache
+from mini_deepinfer.models.layers import CausalLM, ForwardBatch
+from mini_deepinfer.runtime.factory import new_cache
+from mini_deepinfer.runtime.model_runner import ModelRunner
+from site_scripts.common import ROOT, GeneratorError
 
 CONFIG = Qwen35Config(
     vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=8, num_attention_heads=4,
@@ -98,8 +100,9 @@ def greedy(dtype: torch.dtype, chunked: bool) -> tuple[tuple[int, ...], ...]:
     model = model_in(dtype)
     runner = ModelRunner(model, new_cache(model, CAPACITY, len(PROMPT_LENS)))
     budget = ENGINE_BUDGET if chunked else sum(PROMPT_LENS)
-    engine = BatchEngine(runner, CAPACITY, len(PROMPT_LENS), max_num_seqs=len(PROMPT_LENS),
-                         max_batched_tokens=budget, chunked_prefill=chunked)
+    engine = BatchEngine(runner, EngineConfig(kv_capacity=CAPACITY, state_capacity=len(PROMPT_LENS),
+                                              max_num_seqs=len(PROMPT_LENS), max_batched_tokens=budget,
+                                              chunked_prefill=chunked))
     for i, prompt in enumerate(prompts()):
         engine.submit(f"p{i}", list(prompt), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
     engine.run()

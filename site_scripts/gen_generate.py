@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from site_scripts.regenerate import GeneratorError, command_env, run_module
+from site_scripts.common import GeneratorError, command_env, run_module
 
 CHECKPOINT = "weights/tiny"
 QUESTION = "用两句话解释 KV Cache 的作用。"
@@ -74,7 +74,7 @@ def workspace() -> Path:
     """A temporary working folder holding ``weights/tiny``; removed when the generator's process exits."""
     import torch
 
-    from mini_deepinfer.random_checkpoint import write_random_checkpoint
+    from mini_deepinfer.tools.checkpoints import write_random_checkpoint
 
     folder = Path(tempfile.mkdtemp(prefix="gen-generate-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
@@ -93,7 +93,7 @@ def run_example(command: str) -> str:
 
 def text_layer() -> str:
     """The chat prompt, its ids and the stop ids; then the streaming detokenizer fed one id at a time."""
-    from mini_deepinfer.text import StreamDetokenizer, load_text
+    from mini_deepinfer.runtime.text import StreamDetokenizer, load_text
 
     tokenizer, template, stop_ids = load_text(workspace() / CHECKPOINT)
     assert template is not None

@@ -18,22 +18,19 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from mini_deepinfer.cache import HybridCache
 from mini_deepinfer.generate import DEFAULT_CAPACITY
 from mini_deepinfer.models import ForwardBatch, Qwen35Config, build_model, config_from_hf_dict
-from mini_deepinfer.random_checkpoint import preset
-from site_scripts.regenerate import run_module
+from mini_deepinfer.models.cache import HybridCache
+from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.tools.checkpoints import preset
+from site_scripts.common import run_module
 
 PRESETS = ("qwen3.5-0.8b", "qwen3.5-2b")
 DTYPES = (torch.float32, torch.bfloat16)
 DEFAULT_MAX_NUM_SEQS = 8  # generate's --max-num-seqs default, which is also its number of state slots
 MIB = 2**20
 
-TINY = Qwen35Config(
-    vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-    linear_key_head_dim=16, linear_value_head_dim=16, tie_word_embeddings=True,
-)
+TINY = qwen3_5_config("tiny", vocab_size=1000, tie_word_embeddings=True)
 PROMPT_LEN = 40
 SCHEDULES: dict[str, tuple[list[int], set[int]]] = {  # label -> (chunk sizes, chunks whose state is reset)
     "5, 7, 1, 27": ([5, 7, 1, 27], set()),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from site_scripts.regenerate import SNIPPETS
+from site_scripts.common import SNIPPETS
 
 RESULTS = ("cpu-qwen3.5-0.8b", "cpu-tiny")
 GIB = 2**30

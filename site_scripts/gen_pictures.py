@@ -25,9 +25,9 @@ from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
 
-from mini_deepinfer.trace import TraceEvent
+from mini_deepinfer.core.trace import TraceEvent
 from site_scripts import charts, picture_labels, pictures
-from site_scripts.regenerate import SNIPPETS
+from site_scripts.common import SNIPPETS
 
 OUTPUT_DIR = "docs/assets/pictures"
 LANGUAGES = ("zh", "en")

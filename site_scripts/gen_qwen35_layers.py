@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from mini_deepinfer.cache import HybridCache
 from mini_deepinfer.models import CausalLM, ForwardBatch, build_model, config_from_hf_dict
+from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.qwen3_5 import chunked_delta_rule, recurrent_delta_rule
-from mini_deepinfer.random_checkpoint import preset
-from site_scripts.regenerate import run_module
+from mini_deepinfer.tools.checkpoints import preset
+from site_scripts.common import run_module
 
 SLOTS = 128
 LAYOUTS = {"Hk 2, Hv 4, untied head": (False, 2), "Hk 4, Hv 4, tied head": (True, 4)}

@@ -8,10 +8,10 @@ that includes every record block (``rendered/all.md``). ``docs/records/index.md`
 include the last two, so adding a record needs no page edit: commit the JSON, run
 ``python -m site_scripts.regenerate --only records``.
 
-Non-scope: making records (the entry modules' ``--output``; ``mini_deepinfer.records`` defines the format)
-and checking them (the engine's tests do). The JSON files are committed artefacts and are never rewritten
-here; only their rendering is regenerated. Timings are shown as recorded: they belong to that run on that
-device.
+Non-scope: making records (the entry modules' ``--output``; ``mini_deepinfer.tools.records`` defines the
+format) and checking them (the engine's tests do). The JSON files are committed artefacts and are never
+rewritten here; only their rendering is regenerated. Timings are shown as recorded: they belong to that run on
+that device.
 
 Labels in the rendered Markdown are the record's own keys (``finish_reason``, ``source_sha``), so the same
 files serve the Chinese and the English page and a reader can find each value in the JSON.
@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from site_scripts.regenerate import SNIPPETS, GeneratorError
+from site_scripts.common import SNIPPETS, GeneratorError
 
 RECORDS = SNIPPETS / "records"
 RENDERED = "records/rendered"
@@ -94,7 +94,7 @@ def entry_point(command: list[str]) -> str:
 
 def weights_label(model: dict[str, Any]) -> str:
     """"random weights (...)" for a random checkpoint, what the record states, or "not stated"."""
-    from mini_deepinfer.random_checkpoint import PRESET_NAMES
+    from mini_deepinfer.tools.checkpoints import CHECKPOINT_PRESETS as PRESET_NAMES
 
     stated = model.get("weights")
     if isinstance(stated, str):

@@ -4,7 +4,7 @@ Scope: writing a random ``tiny`` checkpoint and broken copies of it into a tempo
 ``python -m mini_deepinfer.generate`` once per bad input, checking that each run ends with exit code 2 and
 exactly one stderr line without a traceback, and rendering the results as a Markdown table. Paths under the
 temporary folder are shown as ``weights/...``. Non-scope: the error messages themselves (``generate.py``,
-the loader, the engine) and runner failures (``tests/test_faults.py``).
+the loader, the engine) and injected runner failures (``tests/test_faults.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from site_scripts.regenerate import ROOT, GeneratorError, command_env
+from site_scripts.common import ROOT, GeneratorError, command_env
 
 PROMPT = ["--prompt", "Hello", "--raw"]
 HIDDEN_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # the same message on a machine with or without a GPU
@@ -50,20 +50,34 @@ def swap_two_tokens(folder: Path) -> None:
     path.write_text(json.dumps(tokenizer), encoding="utf-8")
 
 
+def nan_embedding(folder: Path) -> None:
+    """Every weight of the token embedding (and so of the tied head) set to NaN."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    name = next(n for n in tensors if n.endswith("embed_tokens.weight"))
+    tensors[name] = tensors[name].fill_(float("nan"))
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
 def prepare(root: Path) -> None:
     """The good checkpoint ``tiny`` and every broken folder or file the cases point at."""
     import torch
 
-    from mini_deepinfer.random_checkpoint import write_random_checkpoint
+    from mini_deepinfer.tools.checkpoints import write_random_checkpoint
 
     tiny = root / "tiny"
     write_random_checkpoint(tiny, "tiny", seed=0, dtype=torch.float32)
     (root / "empty").mkdir()
-    for name in ("corrupt-config", "truncated", "wrong-shapes", "unknown-arch", "other-vocab"):
+    for name in ("corrupt-config", "truncated", "wrong-shapes", "wrong-type", "unknown-arch", "other-vocab",
+                 "nan-embedding"):
         shutil.copytree(tiny, root / name)
     (root / "corrupt-config" / "config.json").write_text('{"architectures": [', encoding="utf-8")
     truncate_weights(root / "truncated")
     edit_config(root / "wrong-shapes", lambda c: c["text_config"].update(hidden_size=96))
+    edit_config(root / "wrong-type", lambda c: c["text_config"].update(hidden_size="abc"))
+    nan_embedding(root / "nan-embedding")
     edit_config(root / "unknown-arch", lambda c: c.update(architectures=["LlamaForCausalLM"],
                                                           model_type="llama"))
     swap_two_tokens(root / "other-vocab")
@@ -74,12 +88,15 @@ def cases() -> list[tuple[str, list[str]]]:
     """(case, arguments after ``--model``-less ``generate``); ``{w}`` is the weights folder."""
     tiny = ["--model", "{w}/tiny", *PROMPT]
     spec = ["--model", "{w}/tiny", "--draft-model", "{w}/other-vocab", "--speculative", *PROMPT]
+    self_draft = ["--model", "{w}/tiny", "--draft-model", "{w}/tiny", "--speculative", *PROMPT]
     return [
         ("missing folder", ["--model", "{w}/missing", *PROMPT]),
         ("empty folder", ["--model", "{w}/empty", *PROMPT]),
         ("corrupt config.json", ["--model", "{w}/corrupt-config", *PROMPT]),
         ("truncated safetensors", ["--model", "{w}/truncated", *PROMPT]),
         ("config and weight shapes disagree", ["--model", "{w}/wrong-shapes", *PROMPT]),
+        ("config field of the wrong type", ["--model", "{w}/wrong-type", *PROMPT]),
+        ("NaN weights (non-finite logits)", ["--model", "{w}/nan-embedding", *PROMPT]),
         ("unknown architecture", ["--model", "{w}/unknown-arch", *PROMPT]),
         ("draft with another vocabulary", spec),
         ("prompt longer than the cache", ["--model", "{w}/tiny", "--prompt", "The capital of France is",
@@ -87,8 +104,8 @@ def cases() -> list[tuple[str, list[str]]]:
         ("negative --max-new-tokens", [*tiny, "--max-new-tokens", "-1"]),
         ("zero --cache-capacity", [*tiny, "--cache-capacity", "0"]),
         ("zero --max-batched-tokens", [*tiny, "--max-batched-tokens", "0"]),
-        ("--draft-width 0", [*spec, "--draft-width", "0"]),
-        ("--draft-width 17", [*spec, "--draft-width", "17"]),
+        ("--draft-width 0", [*self_draft, "--draft-width", "0"]),
+        ("--draft-width 17", [*self_draft, "--draft-width", "17"]),
         ("--check-greedy with sampling", [*tiny, "--check-greedy", "--temperature", "1"]),
         ("unknown device", [*tiny, "--device", "tpu"]),
         ("npu without torch_npu", [*tiny, "--device", "npu"]),

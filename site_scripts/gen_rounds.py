@@ -11,23 +11,15 @@ Non-scope: explaining any of it (the pages do).
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 
-from site_scripts.regenerate import ROOT, SNIPPETS, GeneratorError, command_env, run_module
+from site_scripts.common import SNIPPETS, run_module, run_shell
 
 BENCH_JSON = SNIPPETS / "bench" / "rounds-cpu.json"
 GENERATE_ARGS = ("--raw --prompt Hello --prompt 'KV cache' --max-new-tokens 3 --cache-capacity 32 "
                  "--max-num-seqs 2 --pipeline --stagger-prompts --trace-rounds")
 
 
-def run_shell(command: str) -> str:
-    """Run a shell line the way the doc tests do (``bash -euo pipefail``, repository root); return stdout."""
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=ROOT, env=command_env(),
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
-    return proc.stdout
 
 
 def generate_pipeline() -> str:

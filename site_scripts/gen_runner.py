@@ -16,18 +16,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mini_deepinfer.batch import BatchEngine
-from mini_deepinfer.models import ForwardBatch, Qwen35Config, build_model
-from mini_deepinfer.plan import RoundPlan, SeqPlan
-from mini_deepinfer.request import SamplingParams
-from mini_deepinfer.runner import ModelRunner, new_cache
-from site_scripts.regenerate import run_module
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.core.plan import RoundPlan, SeqPlan
+from mini_deepinfer.core.request import SamplingParams
+from mini_deepinfer.models import ForwardBatch, build_model
+from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.runtime.factory import new_cache
+from mini_deepinfer.runtime.model_runner import ModelRunner
+from site_scripts.common import run_module
 
-CONFIG = Qwen35Config(
-    vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-    linear_key_head_dim=16, linear_value_head_dim=16, tie_word_embeddings=True,
-)
+CONFIG = qwen3_5_config("tiny", vocab_size=1000, tie_word_embeddings=True)
 KV_CAPACITY = 32
 BUDGET = 8
 FIRST = {"A": [11, 12, 13, 14], "B": [21, 22, 23, 24, 25, 26, 27, 28, 29, 30]}
@@ -93,8 +92,8 @@ def run() -> str:
     torch.set_num_threads(1)  # one thread: the float sums, hence the greedy tokens, are the same everywhere
     model = build_model(CONFIG, torch.float32, "cpu", seed=0)
     runner = RecordingRunner(model, new_cache(model, KV_CAPACITY, 3))
-    engine = BatchEngine(runner, KV_CAPACITY, 3, max_num_seqs=3, max_batched_tokens=BUDGET,
-                         chunked_prefill=True)
+    engine = BatchEngine(runner, EngineConfig(kv_capacity=KV_CAPACITY, state_capacity=3, max_num_seqs=3,
+                                              max_batched_tokens=BUDGET, chunked_prefill=True))
     params = SamplingParams(max_new_tokens=3)
     for rid, prompt in FIRST.items():
         engine.submit(rid, prompt, params)

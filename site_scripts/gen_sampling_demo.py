@@ -1,6 +1,6 @@
 """Lesson 8's printout: what each sampling setting does to a five-token distribution, and what a seed fixes.
 
-Scope: (1) the distribution ``mini_deepinfer.sampling.probabilities`` gives for the logits
+Scope: (1) the distribution ``mini_deepinfer.runtime.sampling.probabilities`` gives for the logits
 ``log([0.4, 0.3, 0.15, 0.1, 0.05])`` under greedy, three temperatures, top-k, top-p and both cuts together;
 (2) how ``sample`` turns one uniform number into one token (the cumulative distribution at temperature 1);
 (3) eight draws of one request with seed 7, alone and as one row of a batch of four, against a fresh
@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from mini_deepinfer.request import SamplingParams
-from mini_deepinfer.sampling import make_generator, probabilities, sample
-from site_scripts.regenerate import run_module
+from mini_deepinfer.core.request import SamplingParams
+from mini_deepinfer.runtime.sampling import make_generator, probabilities, sample
+from site_scripts.common import run_module
 
 BASE = (0.4, 0.3, 0.15, 0.1, 0.05)
 LOGITS = torch.tensor(BASE, dtype=torch.float64).log()

@@ -12,10 +12,9 @@ Non-scope: explaining any of it (the pages do).
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 
-from site_scripts.regenerate import ROOT, SNIPPETS, GeneratorError, command_env, run_module
+from site_scripts.common import SNIPPETS, run_module, run_shell, span
 
 BENCH_JSON = SNIPPETS / "bench" / "speculative-cpu.json"
 DEMO = "mini_deepinfer.model_draft_demo"
@@ -27,13 +26,6 @@ BAD_WIDTH = ("python -m mini_deepinfer.generate --model weights/tiny --draft-mod
              "--speculative --prompt hi --draft-width 0 2>&1 >/dev/null || echo \"exit code $?\"")
 
 
-def run_shell(command: str) -> str:
-    """Run a shell line the way the doc tests do (``bash -euo pipefail``, repository root); return stdout."""
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=ROOT, env=command_env(),
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
-    return proc.stdout
 
 
 def stream_cancel() -> str:
@@ -47,8 +39,6 @@ def stream_cancel() -> str:
                          f"{STREAM_CANCEL_ARGS}")
 
 
-def _span(start: int, n: int) -> str:
-    return str(start) if n == 1 else f"{start}..{start + n - 1}"
 
 
 def rounds_table() -> str:
@@ -60,16 +50,10 @@ def rounds_table() -> str:
     """
     import torch
 
-    from mini_deepinfer.model_draft_demo import (
-        EXAMPLES,
-        MAX_NEW_TOKENS,
-        PROMPT,
-        demo_target,
-        make_engine,
-        perturbed_copy,
-    )
-    from mini_deepinfer.request import SamplingParams
-    from mini_deepinfer.trace import Trace
+    from mini_deepinfer.core.request import SamplingParams
+    from mini_deepinfer.core.trace import Trace
+    from mini_deepinfer.model_draft_demo import EXAMPLES, MAX_NEW_TOKENS, PROMPT, demo_target, make_engine
+    from mini_deepinfer.tools.checkpoints import perturbed_copy
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the command does
@@ -97,16 +81,16 @@ def _row(engine) -> str:
     if detail is None:  # the prefill round
         (schedule,) = [e for e in events if e.kind == "schedule"]
         inputs = schedule.data["inputs"]
-        return (f"| {engine.round_id} | — | — | prefill {inputs} ({_span(0, len(inputs))}) | — | {committed} "
+        return (f"| {engine.round_id} | — | — | prefill {inputs} ({span(0, len(inputs))}) | — | {committed} "
                 f"| — | — | {free} |\n")
     prop, n = detail.proposal, detail.start
     topup = prop.inputs[0]
-    draft_inputs = f"{topup} ({_span(prop.topup_start, len(topup))})"
+    draft_inputs = f"{topup} ({span(prop.topup_start, len(topup))})"
     if len(prop.inputs) > 1:
         draft_inputs += " + " + ", ".join(str(i[0]) for i in prop.inputs[1:])
     k = len(prop.drafts)
     return (f"| {engine.round_id} | {draft_inputs} | {prop.drafts} | {detail.target_inputs} "
-            f"({_span(n, k + 1)}) | {detail.target_choice} | {committed} | {freed or '—'} "
+            f"({span(n, k + 1)}) | {detail.target_choice} | {committed} | {freed or '—'} "
             f"| {detail.draft.computed} → {detail.draft.kept} | {free} |\n")
 
 
@@ -122,7 +106,7 @@ def capture_memory_table() -> str:
     states), and the KV of one token (full-attention layers, float32) for comparison.
     """
     from mini_deepinfer.models.config import config_from_hf_dict
-    from mini_deepinfer.random_checkpoint import preset
+    from mini_deepinfer.tools.checkpoints import preset
 
     rows = []
     for name in ("qwen3.5-0.8b", "qwen3.5-2b"):

@@ -7,23 +7,14 @@ what is committed) built from the engine's own trace events. Non-scope: explaini
 
 from __future__ import annotations
 
-import subprocess
-
 from mini_deepinfer.__main__ import parse_args, run_demo
-from mini_deepinfer.trace import TraceEvent
-from site_scripts.regenerate import ROOT, GeneratorError, command_env, run_module
+from mini_deepinfer.core.trace import TraceEvent
+from site_scripts.common import run_module, run_shell
 
 # Shown on lesson 2's page exactly like this; the doc test runs the page's copy and compares.
 TOO_SMALL = "python -m mini_deepinfer --slots 4 2>&1 >/dev/null || echo \"exit code $?\""
 
 
-def run_shell(command: str) -> str:
-    """Run a shell line the way the doc tests do (``bash -euo pipefail``, repository root); return stdout."""
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=ROOT, env=command_env(),
-                          capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
-    return proc.stdout
 
 
 def _ids(tokens: list[int]) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mini_deepinfer.trace import TraceEvent
+from mini_deepinfer.core.trace import TraceEvent
 from site_scripts.svg_figure import WIDTH, draw_svg, new_figure, request_colors
 
 Labels = dict[str, str]

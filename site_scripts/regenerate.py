@@ -28,57 +28,17 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import os
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
-ROOT = Path(__file__).resolve().parent.parent
-SNIPPETS = ROOT / "snippets"
+from site_scripts.common import ROOT, GeneratorError
+
 OUTPUT_DIRS = ("snippets", "docs/assets/pictures")  # where generators may write, relative to ROOT
 PACKAGE = "site_scripts"
 DIFF_LINES = 30
-COMMAND_TIMEOUT_S = 1800
 
 Generator = Callable[[], str]
-
-
-class GeneratorError(RuntimeError):
-    """A generator module is malformed, or a command it ran failed."""
-
-
-def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for demo commands, shared by the generators and the doc tests.
-
-    The interpreter's own ``bin/`` comes first on PATH (so ``python`` in a shell block is this virtual
-    environment's), and hashing, terminal width and output encoding are fixed so that output is reproducible.
-    """
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.update({"PYTHONHASHSEED": "0", "COLUMNS": "80", "PYTHONIOENCODING": "utf-8"})
-    env.update(extra or {})
-    return env
-
-
-def run_module(*args: str, env: Mapping[str, str] | None = None) -> str:
-    """Run ``python -m <args>`` from the repository root and return its stdout.
-
-    Args:
-        *args: the module name and its arguments, e.g. ``run_module("mini_deepinfer")``.
-        env: extra environment variables, on top of :func:`command_env`.
-
-    Raises:
-        GeneratorError: the command exited non-zero (the message carries its stderr).
-    """
-    cmd = [sys.executable, "-m", *args]
-    proc = subprocess.run(
-        cmd, cwd=ROOT, env=command_env(env), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
-    )
-    if proc.returncode != 0:
-        shown = " ".join(["python", "-m", *args])
-        raise GeneratorError(f"`{shown}` exited {proc.returncode}:\n{proc.stderr}")
-    return proc.stdout
 
 
 def generator_names(only: str | None = None) -> list[str]:

@@ -7,19 +7,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mini_deepinfer import Engine, FinishReason, SamplingParams, ToyRunner
-from mini_deepinfer.batch import BatchEngine
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
 
 
 def oracle_outputs(prompt: list[int], params: SamplingParams) -> list[int]:
     """The request run alone through the one-at-a-time Engine."""
-    engine = Engine(ToyRunner(), kv_capacity=len(prompt) + params.max_new_tokens)
+    engine = Engine(ToyRunner(), EngineConfig(kv_capacity=len(prompt) + params.max_new_tokens))
     engine.submit("x", prompt, params)
     engine.run()
     return engine.requests["x"].output_token_ids
 
 
 def test_decodes_are_scheduled_before_prefills_and_budget_is_respected():
-    engine = BatchEngine(ToyRunner(), 64, max_num_seqs=4, max_batched_tokens=3, chunked_prefill=True)
+    engine = BatchEngine(ToyRunner(), EngineConfig(kv_capacity=64, max_num_seqs=4, max_batched_tokens=3,
+                                                   chunked_prefill=True))
     engine.submit("a", [1], SamplingParams(max_new_tokens=4))
     engine.step()  # a prefills
     engine.submit("b", [10, 11, 12, 13, 14], SamplingParams(max_new_tokens=2))
@@ -30,7 +32,8 @@ def test_decodes_are_scheduled_before_prefills_and_budget_is_respected():
 
 
 def test_prompt_waits_for_a_round_where_it_fits_without_chunking():
-    engine = BatchEngine(ToyRunner(), 64, max_num_seqs=4, max_batched_tokens=4, chunked_prefill=False)
+    engine = BatchEngine(ToyRunner(), EngineConfig(kv_capacity=64, max_num_seqs=4, max_batched_tokens=4,
+                                                   chunked_prefill=False))
     engine.submit("a", [1, 2, 3], SamplingParams(max_new_tokens=3))
     engine.submit("b", [5, 6, 7, 8], SamplingParams(max_new_tokens=1))
     engine.step()
@@ -40,13 +43,14 @@ def test_prompt_waits_for_a_round_where_it_fits_without_chunking():
 
 
 def test_prompt_longer_than_budget_without_chunking_is_refused_at_submit():
-    engine = BatchEngine(ToyRunner(), 64, max_batched_tokens=4, chunked_prefill=False)
+    engine = BatchEngine(ToyRunner(), EngineConfig(kv_capacity=64, max_batched_tokens=4,
+                                                   chunked_prefill=False))
     with pytest.raises(ValueError, match="never fits the budget of 4 tokens"):
         engine.submit("a", [1, 2, 3, 4, 5], SamplingParams(max_new_tokens=1))
 
 
 def test_request_waits_for_slots_and_takes_the_ones_a_finished_request_released():
-    engine = BatchEngine(ToyRunner(), 6, max_num_seqs=4, max_batched_tokens=16)
+    engine = BatchEngine(ToyRunner(), EngineConfig(kv_capacity=6, max_num_seqs=4, max_batched_tokens=16))
     engine.submit("b", [1, 2], SamplingParams(max_new_tokens=2))  # reserves 4 of 6 slots
     engine.submit("c", [7, 8], SamplingParams(max_new_tokens=2))  # needs 4: waits
     engine.step()
@@ -59,7 +63,7 @@ def test_request_waits_for_slots_and_takes_the_ones_a_finished_request_released(
 
 
 def test_max_num_seqs_limits_admitted_requests():
-    engine = BatchEngine(ToyRunner(), 64, max_num_seqs=2, max_batched_tokens=64)
+    engine = BatchEngine(ToyRunner(), EngineConfig(kv_capacity=64, max_num_seqs=2, max_batched_tokens=64))
     for i in range(4):
         engine.submit(f"r{i}", [i * 10], SamplingParams(max_new_tokens=3))
     engine.step()
@@ -86,8 +90,9 @@ def test_batching_keeps_budget_returns_every_slot_and_matches_the_one_at_a_time_
         budget = max(budget, max(r[1] for r in reqs))  # otherwise the prompt is refused at submit
     capacity = max(r[1] + r[2] for r in reqs) + spare_slots
     runner = ToyRunner()
-    engine = BatchEngine(runner, capacity, state_capacity=max_num_seqs, max_num_seqs=max_num_seqs,
-                         max_batched_tokens=budget, chunked_prefill=chunked, pipeline=pipeline)
+    engine = BatchEngine(runner, EngineConfig(kv_capacity=capacity, state_capacity=max_num_seqs,
+                                              max_num_seqs=max_num_seqs, max_batched_tokens=budget,
+                                              chunked_prefill=chunked, pipeline=pipeline))
     params, cancels = {}, {}
     pending = sorted(enumerate(reqs), key=lambda x: x[1][0])
     while pending or engine.has_unfinished():

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from mini_deepinfer import IN_FLIGHT, Engine, FinishReason, SamplingParams, ToyRunner
-from mini_deepinfer.batch import BatchEngine
-from mini_deepinfer.trace import TraceEvent
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.core.trace import TraceEvent
 
 PROMPTS = {"r0": [10, 11, 12], "r1": [20, 21], "r2": [30, 31, 32, 33]}
 POSITIONS = {"first": "r0", "middle": "r1", "last": "r2"}
@@ -63,8 +64,8 @@ class Run:
 
 def run(kind: str, phase: str, position: str) -> Run:
     victim = POSITIONS[position]
-    engine = BatchEngine(ToyRunner(), CAPACITY, state_capacity=3, max_num_seqs=3, max_batched_tokens=16,
-                         pipeline=True)
+    engine = BatchEngine(ToyRunner(), EngineConfig(kv_capacity=CAPACITY, state_capacity=3, max_num_seqs=3,
+                                                   max_batched_tokens=16, pipeline=True))
     for rid, prompt in PROMPTS.items():
         params = victim_params(kind, phase, prompt) if rid == victim else SamplingParams(OTHERS_MAX_NEW)
         engine.submit(rid, prompt, params)
@@ -80,7 +81,7 @@ def run(kind: str, phase: str, position: str) -> Run:
 
 def alone(rid: str) -> list[int]:
     """The request alone in a synchronous one-at-a-time engine: the reference output."""
-    engine = Engine(ToyRunner(), CAPACITY)
+    engine = Engine(ToyRunner(), EngineConfig(kv_capacity=CAPACITY))
     engine.submit(rid, PROMPTS[rid], SamplingParams(OTHERS_MAX_NEW))
     engine.run()
     return engine.requests[rid].output_token_ids
@@ -152,7 +153,7 @@ def test_requests_beside_a_stopped_one_commit_what_they_commit_alone(kind, phase
 @COMBINATIONS
 def test_every_kv_and_state_slot_is_free_once_nothing_runs(kind, phase, position):
     r = run(kind, phase, position)
-    assert r.engine.pipeline.pending is None
+    assert not r.engine.pipeline.in_flight
     assert r.engine.kv_pool.num_free == CAPACITY
     assert r.engine.state_pool.num_free == 3
     assert all(req.slots_released and req.rounds_in_flight == 0 for req in r.engine.requests.values())

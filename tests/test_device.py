@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mini_deepinfer.device import (
+from mini_deepinfer.runtime.device import (
     DTYPES,
     DeviceError,
     DTypeError,

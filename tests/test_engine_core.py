@@ -10,13 +10,14 @@ import pytest
 
 from mini_deepinfer import Engine, FinishReason, SamplingParams, ToyRunner
 from mini_deepinfer.__main__ import main
+from mini_deepinfer.core.engine import EngineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_ENDING = "req-0: [12, 13, 14] (length)\nreq-1: [21, 22] (eos)\nFree slots: 8/8\n"
 
 
 def make_engine(slots: int = 8, pipeline: bool = False) -> Engine:
-    return Engine(ToyRunner(), kv_capacity=slots, pipeline=pipeline)
+    return Engine(ToyRunner(), EngineConfig(kv_capacity=slots, pipeline=pipeline))
 
 
 def test_demo_ends_with_outputs_and_all_slots_free(capsys):
@@ -38,7 +39,7 @@ class Block:
             raise ImportError('blocked: ' + name)
 sys.meta_path.insert(0, Block())
 import runpy
-import mini_deepinfer, mini_deepinfer.batch, mini_deepinfer.pipeline, mini_deepinfer.commit
+import mini_deepinfer, mini_deepinfer.core.batch, mini_deepinfer.core.pipeline, mini_deepinfer.core.commit
 sys.argv = ['mini_deepinfer', '--pipeline']
 runpy.run_module('mini_deepinfer', run_name='__main__')
 """
@@ -142,7 +143,7 @@ def test_slots_of_a_stopped_request_return_only_after_its_last_launched_round_is
 
 def test_cache_holds_prompt_plus_outputs_except_the_last():
     runner = ToyRunner()
-    engine = Engine(runner, kv_capacity=16)
+    engine = Engine(runner, EngineConfig(kv_capacity=16))
     engine.submit("a", [3, 4, 5], SamplingParams(max_new_tokens=5))
     while engine.has_unfinished():
         engine.step()

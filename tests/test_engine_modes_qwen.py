@@ -15,9 +15,12 @@ import pytest
 import torch
 
 from mini_deepinfer import Engine, SamplingParams
-from mini_deepinfer.batch import BatchEngine
-from mini_deepinfer.models import Qwen35Config, build_model
-from mini_deepinfer.runner import ModelRunner, new_cache
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.models import build_model
+from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.runtime.factory import new_cache
+from mini_deepinfer.runtime.model_runner import ModelRunner
 
 PROMPTS = {"A": list(range(1, 42)), "B": [5, 6, 7], "C": [9, 8, 7, 6, 5, 4, 3], "D": [200]}
 MAX_NEW = 12
@@ -27,13 +30,7 @@ SAME_WORK_TOLERANCE = 1e-5  # synchronous vs cross-round
 
 
 def tiny_qwen35() -> torch.nn.Module:
-    cfg = Qwen35Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-                       linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-                       layer_types=("linear_attention",) * 3 + ("full_attention",), initializer_range=0.1)
-    model = build_model(cfg, torch.float32, torch.device("cpu"))
-    model.init_random_weights(0)
-    return model
+    return build_model(qwen3_5_config("tiny", initializer_range=0.1), torch.float32, "cpu", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +78,7 @@ def alone(model):
     outputs, logits = {}, {}
     for rid, prompt in PROMPTS.items():
         runner = LogitsLog(model)
-        engine = Engine(runner, CAPACITY, len(PROMPTS))
+        engine = Engine(runner, EngineConfig(kv_capacity=CAPACITY, state_capacity=len(PROMPTS)))
         engine.submit(rid, prompt, SamplingParams(max_new_tokens=MAX_NEW))
         engine.run()
         outputs[rid] = engine.requests[rid].output_token_ids
@@ -102,9 +99,11 @@ MODES = {
 def engine_factory(spec: dict, pipeline: bool):
     spec = dict(spec)
     if spec.pop("kind", None) == "one":
-        return lambda runner: Engine(runner, CAPACITY, len(PROMPTS), pipeline=pipeline)
+        return lambda runner: Engine(runner, EngineConfig(kv_capacity=CAPACITY, state_capacity=len(PROMPTS),
+                                                          pipeline=pipeline))
     spec.setdefault("max_num_seqs", len(PROMPTS))
-    return lambda runner: BatchEngine(runner, CAPACITY, len(PROMPTS), pipeline=pipeline, **spec)
+    config = EngineConfig(kv_capacity=CAPACITY, state_capacity=len(PROMPTS), pipeline=pipeline, **spec)
+    return lambda runner: BatchEngine(runner, config)
 
 
 @pytest.mark.parametrize("pipeline", [False, True], ids=["synchronous", "cross_round"])

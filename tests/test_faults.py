@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_deepinfer import Engine, FinishReason, SamplingParams, ToyRunner
-from mini_deepinfer.batch import BatchEngine
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
 
 
 class RunnerFault(RuntimeError):
@@ -39,7 +40,7 @@ class FaultyRunner(ToyRunner):
 
 
 def alone(prompt, params):
-    engine = Engine(ToyRunner(), kv_capacity=64)
+    engine = Engine(ToyRunner(), EngineConfig(kv_capacity=64))
     engine.submit("x", prompt, params)
     engine.run()
     return engine.requests["x"].output_token_ids
@@ -51,8 +52,9 @@ def alone(prompt, params):
 def test_a_runner_fault_finishes_in_flight_requests_with_error_and_returns_every_slot(
         fail_at, where, pipeline, budget, n_requests, seed):
     runner = FaultyRunner(fail_at, where)
-    engine = BatchEngine(runner, 128, state_capacity=4, max_num_seqs=4, max_batched_tokens=budget,
-                         chunked_prefill=True, pipeline=pipeline)
+    engine = BatchEngine(runner, EngineConfig(kv_capacity=128, state_capacity=4, max_num_seqs=4,
+                                              max_batched_tokens=budget, chunked_prefill=True,
+                                              pipeline=pipeline))
     params = {}
     for i in range(n_requests):
         prompt = list(range(10 * i + seed % 7, 10 * i + seed % 7 + 1 + (seed + i) % 9))
@@ -77,7 +79,7 @@ def test_a_runner_fault_finishes_in_flight_requests_with_error_and_returns_every
 
 def test_requests_without_work_in_flight_keep_running_after_a_fault():
     runner = FaultyRunner(fail_at=2, where="launch")
-    engine = BatchEngine(runner, 64, max_num_seqs=1, max_batched_tokens=16)
+    engine = BatchEngine(runner, EngineConfig(kv_capacity=64, max_num_seqs=1, max_batched_tokens=16))
     engine.submit("a", [1, 2], SamplingParams(max_new_tokens=3))
     engine.submit("b", [7], SamplingParams(max_new_tokens=2))  # waits: max_num_seqs=1
     engine.run()

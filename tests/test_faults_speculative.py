@@ -14,10 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_deepinfer import FinishReason, SamplingParams
-from mini_deepinfer.batch import BatchEngine
-from mini_deepinfer.model_draft_demo import demo_target, perturbed_copy
-from mini_deepinfer.runner import new_cache
-from mini_deepinfer.speculative import ModelDraft, SpeculativeRunner
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.model_draft_demo import demo_target
+from mini_deepinfer.runtime.factory import new_cache
+from mini_deepinfer.runtime.speculative import ModelDraft, SpeculativeRunner
+from mini_deepinfer.tools.checkpoints import perturbed_copy
 
 PROMPTS = {"A": list(range(1, 12)), "B": [5, 6, 7], "C": [9, 8, 7, 6, 5]}
 CAPACITY, STATES, WIDTH = 96, 3, 3
@@ -36,10 +38,12 @@ class FaultySpeculativeRunner(SpeculativeRunner):
 
     def launch(self, plan):
         self.launches += 1
-        if self.launches == self.fail_at:
-            self.draft.propose([self._job(s) for s in plan.seqs if s.spec_width])  # draft state moves on
-            raise RunnerFault(f"injected fault in launch #{self.fail_at}")
         return super().launch(plan)
+
+    def _logit_rows(self, plan, jobs):  # runs after the draft has proposed (its state has moved on)
+        if self.launches == self.fail_at:
+            raise RunnerFault(f"injected fault in launch #{self.fail_at}")
+        return super()._logit_rows(plan, jobs)
 
 
 @pytest.fixture(scope="module")
@@ -52,10 +56,10 @@ def models():
 def faulty_engine(models, fail_at: int) -> BatchEngine:
     target, draft = models
     runner = FaultySpeculativeRunner(target, new_cache(target, CAPACITY, STATES),
-                                     ModelDraft(draft, new_cache(draft, CAPACITY, STATES), WIDTH),
-                                     fail_at=fail_at)
-    return BatchEngine(runner, CAPACITY, STATES, max_num_seqs=STATES, max_batched_tokens=8,
-                       chunked_prefill=True, spec_width=WIDTH)
+                                     ModelDraft(draft, new_cache(draft, CAPACITY, STATES)), fail_at=fail_at)
+    return BatchEngine(runner, EngineConfig(kv_capacity=CAPACITY, state_capacity=STATES,
+                                            max_num_seqs=STATES, max_batched_tokens=8, chunked_prefill=True,
+                                            spec_width=WIDTH))
 
 
 @settings(max_examples=4, deadline=None)
@@ -74,5 +78,5 @@ def test_a_speculative_fault_finishes_in_flight_requests_with_error_and_both_cac
     runner = engine.runner
     assert engine.kv_pool.num_free == CAPACITY and engine.state_pool.num_free == STATES
     assert runner.draft.free_kv_slots() == CAPACITY and runner.draft.free_state_slots() == STATES
-    assert runner.draft.computed == {} and runner.history == {}
+    assert runner.draft.computed == {} and runner.jobs == {}
     assert runner.cache.captured == {} and runner.draft.cache.captured == {}, "no state snapshot is left"

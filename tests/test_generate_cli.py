@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mini_deepinfer.generate import main
-from mini_deepinfer.records import RECORD_KEYS
+from mini_deepinfer.tools.records import RECORD_KEYS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,3 +133,36 @@ def test_bad_input_in_a_subprocess_prints_no_traceback_and_leaves_no_record(tmp_
 def test_version_flag_prints_the_package_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("mini-deepinfer 0.")
+
+
+def test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_request(tiny_checkpoint, capsys,
+                                                                                tmp_path):
+    """A checkpoint whose embedding is NaN used to print ``!!!!`` and exit 0: no token is sampled from NaN."""
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "nan"
+    shutil.copytree(tiny_checkpoint, broken)
+    tensors = load_file(str(broken / "model.safetensors"))
+    name = next(n for n in tensors if n.endswith("embed_tokens.weight"))
+    tensors[name].fill_(float("nan"))
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    out_file = tmp_path / "run.json"
+    code, out, err = generate(capsys, *base_args(broken, "--prompt", "a", "--prompt", "b", "--raw",
+                                                 "--output", str(out_file)))
+    assert code == 2 and err == "error: NonFiniteLogitsError: round 1: non-finite logits (NaN or inf) for " \
+                                "req-0, req-1\n"
+    record = json.loads(out_file.read_text(encoding="utf-8"))
+    assert [r["finish_reason"] for r in record["requests"]] == ["error", "error"]
+    assert [r["output_token_ids"] for r in record["requests"]] == [[], []]
+    assert record["cache"]["target"]["kv"]["free"] == 128, "the slots came back"
+
+
+def test_a_config_field_of_the_wrong_type_is_one_line_and_exit_2(tiny_checkpoint, capsys, tmp_path):
+    broken = tmp_path / "wrong-type"
+    shutil.copytree(tiny_checkpoint, broken)
+    config = json.loads((broken / "config.json").read_text(encoding="utf-8"))
+    config["text_config"]["hidden_size"] = "abc"
+    (broken / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    code, out, err = generate(capsys, *base_args(broken, "--prompt", "a", "--raw"))
+    assert (code, out) == (2, "")
+    assert err == f"error: {broken / 'config.json'}: hidden_size must be an integer, got 'abc'\n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_deepinfer.cache import HybridCache
 from mini_deepinfer.models import ForwardBatch, Qwen2Config, Qwen35Config, build_model
+from mini_deepinfer.models.cache import HybridCache
 
 TINY = Qwen35Config(
     vocab_size=128,
@@ -59,17 +59,16 @@ def test_qwen2_cache_has_kv_for_every_layer_and_no_state():
     assert cache.read_state(0) == {"conv": [], "recurrent": []}
 
 
-def test_copy_state_and_reset_state():
+def test_reset_states_zeroes_only_the_given_slots():
     cache = HybridCache(TINY, kv_capacity=4, state_capacity=3, dtype=torch.float32, device="cpu")
     for t in list(cache.conv_state.values()) + list(cache.recurrent_state.values()):
-        t[1].normal_()
-    cache.copy_state(1, 2)
-    src, dst = cache.read_state(1), cache.read_state(2)
-    for kind in ("conv", "recurrent"):
-        assert all(torch.equal(a, b) for a, b in zip(src[kind], dst[kind]))
-    cache.reset_state(1)
-    assert all(not t.any() for kind in ("conv", "recurrent") for t in cache.read_state(1)[kind])
-    assert all(torch.equal(a, b) for a, b in zip(cache.read_state(2)["recurrent"], dst["recurrent"]))
+        t.normal_()
+    kept = cache.read_state(2)
+    cache.reset_states(torch.tensor([0, 1]))
+    for slot in (0, 1):
+        assert all(not t.any() for kind in ("conv", "recurrent") for t in cache.read_state(slot)[kind])
+    after = cache.read_state(2)
+    assert all(torch.equal(a, b) for kind in ("conv", "recurrent") for a, b in zip(kept[kind], after[kind]))
 
 
 def test_read_state_returns_clones():

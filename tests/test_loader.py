@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 
 transformers = pytest.importorskip("transformers")
 
-from mini_deepinfer.cache import HybridCache  # noqa: E402
 from mini_deepinfer.models import CausalLM, ForwardBatch  # noqa: E402
+from mini_deepinfer.models.cache import HybridCache  # noqa: E402
 from mini_deepinfer.models.loader import (  # noqa: E402
     CheckpointError,
     CheckpointNotFoundError,

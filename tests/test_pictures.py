@@ -16,9 +16,10 @@ from xml.etree import ElementTree
 
 import pytest
 
-from mini_deepinfer.trace import TraceEvent
+from mini_deepinfer.core.trace import TraceEvent
 from site_scripts import gen_pictures, picture_labels, pictures
-from site_scripts.regenerate import ROOT, collect_outputs
+from site_scripts.common import ROOT
+from site_scripts.regenerate import collect_outputs
 
 PICTURES_DIR = ROOT / "docs" / "assets" / "pictures"
 DOCS = ROOT / "docs"

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_deepinfer import Engine, SamplingParams
+from mini_deepinfer import SamplingParams
+from mini_deepinfer.core.engine import EngineConfig
 from mini_deepinfer.pipeline_demo import DEMO_REQUESTS, DemoOptions, demo_model, main, run_demo
-from mini_deepinfer.runner import ModelRunner, new_cache
+from mini_deepinfer.runtime.factory import build_engine
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def alone(model) -> dict[str, list[int]]:
     outputs = {}
     for demo_req in DEMO_REQUESTS:
         capacity = len(demo_req.prompt) + demo_req.max_new_tokens
-        engine = Engine(ModelRunner(model, new_cache(model, capacity, 1)), capacity, 1)
+        engine = build_engine(model, EngineConfig(kv_capacity=capacity), batching=False)
         engine.submit("x", list(demo_req.prompt), SamplingParams(max_new_tokens=demo_req.max_new_tokens))
         engine.run()
         outputs[demo_req.request_id] = engine.requests["x"].output_token_ids
@@ -115,7 +116,7 @@ def test_help_is_english_and_exits_0(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--kv-slots", "10"], "KV slots; the cache has 10"),
     (["--no-chunked-prefill"], "never fits the budget of 8 tokens"),
-    (["--max-batched-tokens", "0"], "--max-batched-tokens must be >= 1"),
+    (["--max-batched-tokens", "0"], "--max-batched-tokens must be an integer >= 1, got 0"),
     (["--max-num-seqs", "two"], "invalid int value"),
     (["--bogus"], "unrecognized arguments"),
 ])

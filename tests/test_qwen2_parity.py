@@ -9,8 +9,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mini_deepinfer.cache import HybridCache  # noqa: E402
 from mini_deepinfer.models import CausalLM, ForwardBatch, Qwen2Config, build_model  # noqa: E402
+from mini_deepinfer.models.cache import HybridCache  # noqa: E402
 
 SLOTS_PER_SEQ = 96
 

@@ -14,9 +14,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mini_deepinfer.cache import HybridCache  # noqa: E402
 from mini_deepinfer.models import CausalLM, ForwardBatch, Qwen35Config, build_model  # noqa: E402
-from mini_deepinfer.models.common import SKINNY_MIN_INPUT, Linear  # noqa: E402
+from mini_deepinfer.models.cache import HybridCache  # noqa: E402
+from mini_deepinfer.models.layers import SKINNY_MIN_INPUT, Linear  # noqa: E402
 from mini_deepinfer.models.qwen3_5 import (  # noqa: E402
     causal_conv_with_window,
     chunked_delta_rule,

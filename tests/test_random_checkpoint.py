@@ -11,20 +11,20 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from mini_deepinfer import random_checkpoint
-from mini_deepinfer.cache import HybridCache
 from mini_deepinfer.models import CausalLM, ForwardBatch
+from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.config import config_from_hf_dict
 from mini_deepinfer.models.loader import load_checkpoint, parameter_name
-from mini_deepinfer.random_checkpoint import (
-    main,
-    parse_size,
+from mini_deepinfer.random_checkpoint import main, parse_size
+from mini_deepinfer.runtime.text import load_text
+from mini_deepinfer.tools import checkpoints
+from mini_deepinfer.tools.checkpoints import (
     plan_shards,
     preset,
     tensor_shapes,
     write_random_checkpoint,
+    write_text_files,
 )
-from mini_deepinfer.text import load_text
 
 PROMPT = [9419, 0, 220, 97169, 11, 248045, 74455, 198, 248068, 271, 248069, 271]
 
@@ -144,7 +144,7 @@ def fail_with(error: BaseException):
 
 
 def test_failed_write_leaves_no_folder_behind(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(random_checkpoint, "write_text_files", fail_with(RuntimeError("disk full")))
+    monkeypatch.setattr(checkpoints, "write_text_files", fail_with(RuntimeError("disk full")))
     with pytest.raises(RuntimeError, match="disk full"):
         write_random_checkpoint(tmp_path / "out", "tiny")
     assert list(tmp_path.iterdir()) == []
@@ -154,7 +154,7 @@ def test_failed_forced_write_keeps_the_old_checkpoint(tmp_path, monkeypatch) -> 
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("old")
-    monkeypatch.setattr(random_checkpoint, "write_weights", fail_with(KeyboardInterrupt()))
+    monkeypatch.setattr(checkpoints, "write_weights", fail_with(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         write_random_checkpoint(out, "tiny", force=True)
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and (out / "keep.txt").read_text() == "old"
@@ -186,10 +186,9 @@ def test_cli_refuses_a_non_empty_folder_without_force(tmp_path, capsys) -> None:
     ],
 )
 def test_cli_bad_arguments_exit_2_with_one_line(argv, message, capsys) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert info.value.code == 2 and err.count("\n") == 1 and message in err
+    assert err.count("\n") == 1 and message in err
 
 
 def test_parse_size_accepts_units() -> None:
@@ -222,7 +221,7 @@ def test_qwen3_5_presets_use_the_released_shapes() -> None:
 
 def test_qwen2_preset_text_files_follow_the_r1_distill_format(tmp_path) -> None:
     chosen = preset("qwen2-1.5b")
-    random_checkpoint.write_text_files(tmp_path, chosen)
+    write_text_files(tmp_path, chosen)
     (tmp_path / "config.json").write_text(json.dumps(chosen.config))
     tokenizer, template, eos_ids = load_text(tmp_path)
     assert eos_ids == [151643]

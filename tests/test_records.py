@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mini_deepinfer import records
-from mini_deepinfer.records import (
+from mini_deepinfer.tools import records
+from mini_deepinfer.tools.records import (
     RECORD_KEYS,
     SCHEMA_VERSION,
     RecordError,

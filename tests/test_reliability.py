@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts.regenerate import command_env
+from site_scripts.common import command_env
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "snippets" / "reliability" / "bad-inputs.md"

@@ -15,9 +15,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_deepinfer.sampling import (
+from mini_deepinfer.runtime.sampling import (
     _invert_cdf,
-    check_params,
     draw,
     make_generator,
     probabilities,
@@ -269,12 +268,12 @@ def test_sampled_row_without_generator_is_rejected() -> None:
         sample(torch.zeros(1, 4), [Params()], [None])
 
 
-@pytest.mark.parametrize(
-    "params", [Params(temperature=-1.0), Params(top_k=-1), Params(top_p=0.0), Params(top_p=1.5)]
-)
-def test_invalid_params_are_rejected(params: Params) -> None:
+@pytest.mark.parametrize("bad", [dict(temperature=-1.0), dict(temperature=float("nan")), dict(top_k=-1),
+                                 dict(top_p=0.0), dict(top_p=1.5), dict(top_p=float("nan"))])
+def test_invalid_params_are_rejected_when_the_request_is_made(bad: dict) -> None:
+    request = pytest.importorskip("mini_deepinfer.core.request")
     with pytest.raises(ValueError):
-        check_params(params)
+        request.SamplingParams(**bad)
 
 
 def test_mismatched_lengths_are_rejected() -> None:
@@ -283,7 +282,7 @@ def test_mismatched_lengths_are_rejected() -> None:
 
 
 def test_engine_sampling_params_fit_the_protocol() -> None:
-    request = pytest.importorskip("mini_deepinfer.request")
+    request = pytest.importorskip("mini_deepinfer.core.request")
     params = request.SamplingParams(temperature=1.0, top_k=2, seed=5)
     probs = probabilities(BASE.log(), params)
     torch.testing.assert_close(probs, torch.tensor([0.4 / 0.7, 0.3 / 0.7, 0, 0, 0], dtype=torch.float64))

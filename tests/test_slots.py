@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mini_deepinfer.slots import SlotPool, SlotPoolExhausted
+from mini_deepinfer.core.slots import SlotPool, SlotPoolExhausted
 
 
 def test_slots_are_handed_out_lowest_first_and_reused_lowest_first():

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from mini_deepinfer import FinishReason, SamplingParams, ToyRunner
-from mini_deepinfer.batch import BatchEngine
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
 
 CAPACITY, STATES, BUDGET = 96, 6, 12
 
@@ -34,8 +35,9 @@ def check_invariants(engine, runner) -> None:
 def test_soak_500_requests_cross_round_chunked_with_cancellations_keeps_every_invariant():
     rng = random.Random(20261129)
     runner = ToyRunner()
-    engine = BatchEngine(runner, CAPACITY, STATES, max_num_seqs=STATES, max_batched_tokens=BUDGET,
-                         chunked_prefill=True, pipeline=True)
+    engine = BatchEngine(runner, EngineConfig(kv_capacity=CAPACITY, state_capacity=STATES,
+                                              max_num_seqs=STATES, max_batched_tokens=BUDGET,
+                                              chunked_prefill=True, pipeline=True))
     arrivals = sorted((rng.randrange(0, 1500), i) for i in range(500))
     cancels: dict[int, list[str]] = {}
     rounds = 0

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from mini_deepinfer import model_draft_demo
+import mini_deepinfer.model_draft_demo as model_draft_demo
 from mini_deepinfer.generate import main
-from mini_deepinfer.model_draft_demo import write_perturbed_checkpoint
+from mini_deepinfer.tools.checkpoints import write_perturbed_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +66,17 @@ def test_stream_cancel_stops_at_a_group_boundary_and_both_caches_return_every_sl
     assert f"[cancelled; {n} output tokens; free KV slots 128/128; draft free KV slots 128/128]" in out
 
 
-@pytest.mark.parametrize("width", ["0", "17"])
-def test_draft_width_outside_1_to_16_is_a_one_line_error(capsys, width):
+def test_draft_width_above_16_is_a_one_line_error_before_loading(capsys):
     code, out, err = generate(capsys, "--model", "x", "--draft-model", "y", "--speculative", "--prompt", "a",
-                              "--draft-width", width)
+                              "--draft-width", "17")
     assert code == 2 and not out
-    assert err == f"error: --draft-width must be in 1..16, got {width}\n"
+    assert err == "error: --draft-width must be an integer in 0..16, got 17\n"
 
 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--speculative"], "--speculative needs --draft-model"),
     (["--draft-model", "y"], "used only with --speculative"),
-    (["--speculative", "--draft-model", "y", "--pipeline"], "cannot be combined with --pipeline"),
+    (["--speculative", "--draft-model", "y", "--pipeline"], "--pipeline cannot be combined with speculative"),
     (["--check-greedy", "--temperature", "0.7"], "cannot be combined with sampling"),
 ])
 def test_inconsistent_two_model_flags_are_refused_before_loading(capsys, flags, message):
@@ -109,6 +108,11 @@ def test_demo_rejection_example_restores_the_draft_from_6_to_4_and_tops_up_to_5(
         "kv": {"capacity": 16, "free": 16}, "state": {"capacity": 1, "free": 1}}
 
 
-def test_demo_width_outside_1_to_16_is_a_one_line_error(capsys):
-    assert model_draft_demo.main(["--width", "0"]) == 2
-    assert capsys.readouterr().err == "error: --width must be in 1..16, got 0\n"
+@pytest.mark.parametrize(("width", "message"), [
+    ("0", "--width must be >= 1 with a draft model and 0 without one, got 0"),
+    ("17", "--width must be an integer in 0..16, got 17"),
+])
+def test_demo_width_outside_1_to_16_is_a_one_line_error(capsys, width, message):
+    assert model_draft_demo.main(["--width", width]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {message}\n" and captured.out == ""

@@ -17,12 +17,14 @@ import random
 import pytest
 import torch
 
-from mini_deepinfer import Engine, SamplingParams
-from mini_deepinfer.batch import BatchEngine
-from mini_deepinfer.model_draft_demo import demo_target, perturbed_copy
-from mini_deepinfer.models import Qwen35Config, build_model
-from mini_deepinfer.runner import ModelRunner, new_cache
-from mini_deepinfer.speculative import ModelDraft, SpeculativeRunner, cold_difference
+from mini_deepinfer import SamplingParams
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.model_draft_demo import demo_target
+from mini_deepinfer.models import build_model
+from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.runtime.factory import build_engine
+from mini_deepinfer.tools.checkpoints import perturbed_copy
+from mini_deepinfer.tools.checks import cold_difference
 
 PROMPTS = {"A": list(range(1, 42)), "B": [5, 6, 7], "C": [9, 8, 7, 6, 5, 4, 3], "D": [200]}
 MAX_NEW = 12
@@ -46,7 +48,7 @@ def plain_greedy(target):
     """The reference: each request alone, plain greedy decoding of the target."""
     outputs = {}
     for rid, prompt in PROMPTS.items():
-        engine = Engine(ModelRunner(target, new_cache(target, CAPACITY, 1)), CAPACITY, 1)
+        engine = build_engine(target, EngineConfig(kv_capacity=CAPACITY), batching=False)
         engine.submit(rid, prompt, SamplingParams(max_new_tokens=MAX_NEW))
         engine.run()
         outputs[rid] = engine.requests[rid].output_token_ids
@@ -54,13 +56,11 @@ def plain_greedy(target):
 
 
 def speculative(target, draft, width: int, batched: bool, capacity: int = CAPACITY, states: int = 4, **kw):
-    runner = SpeculativeRunner(target, new_cache(target, capacity, states),
-                               ModelDraft(draft, new_cache(draft, capacity, states), width))
     if batched:
         kw.setdefault("max_batched_tokens", 7)
-        return BatchEngine(runner, capacity, states, max_num_seqs=states, chunked_prefill=True,
-                           spec_width=width, **kw)
-    return Engine(runner, capacity, states, spec_width=width, **kw)
+        kw.update(max_num_seqs=states, chunked_prefill=True)
+    config = EngineConfig(kv_capacity=capacity, state_capacity=states, spec_width=width, **kw)
+    return build_engine(target, config, draft=draft, batching=batched)
 
 
 @pytest.mark.parametrize("batched", [False, True], ids=["alone", "batched_chunked"])
@@ -90,7 +90,6 @@ def assert_caches_equal_cold_recomputation(engine) -> int:
         assert max(diff.values()) <= COLD_TOLERANCE, ("target", req.request_id, diff)
         held = runner.draft.computed.get(req.request_id, 0)
         assert held <= req.num_computed
-        assert runner.history[req.request_id][:held] == committed[:held]
         if held:
             diff = cold_difference(runner.draft.model, runner.draft.cache, committed[:held], req.kv_slots,
                                    req.state_slot)
@@ -181,23 +180,27 @@ def test_cancel_between_rounds_keeps_whole_groups_and_both_caches_return_every_s
 
 
 def test_speculation_together_with_pipeline_is_refused(target, draft):
-    with pytest.raises(ValueError, match="cannot be combined with pipeline"):
+    with pytest.raises(ValueError, match="pipeline cannot be combined"):
         speculative(target, draft, 3, batched=False, pipeline=True)
 
 
 def test_a_draft_with_another_vocabulary_is_refused(target):
-    config = Qwen35Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-                          linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16)
-    other = build_model(config, torch.float32, "cpu", seed=0)
+    other = build_model(qwen3_5_config("tiny", vocab_size=300), torch.float32, "cpu", seed=0)
     with pytest.raises(ValueError, match="vocabulary"):
-        SpeculativeRunner(target, new_cache(target, 16, 1), ModelDraft(other, new_cache(other, 16, 1), 3))
+        build_engine(target, EngineConfig(kv_capacity=16, spec_width=3), draft=other)
 
 
-@pytest.mark.parametrize("width", [0, 17])
-def test_draft_width_outside_1_to_16_is_refused(draft, width):
-    with pytest.raises(ValueError, match="1..16"):
-        ModelDraft(draft, new_cache(draft, 16, 1), width)
+@pytest.mark.parametrize("width", [-1, 17])
+def test_draft_width_outside_0_to_16_is_refused(width):
+    with pytest.raises(ValueError, match="0..16"):
+        EngineConfig(kv_capacity=16, spec_width=width)
+
+
+def test_a_draft_without_a_width_or_a_width_without_a_draft_is_refused(target, draft):
+    with pytest.raises(ValueError, match="with a draft model and 0 without one"):
+        build_engine(target, EngineConfig(kv_capacity=16), draft=draft)
+    with pytest.raises(ValueError, match="with a draft model and 0 without one"):
+        build_engine(target, EngineConfig(kv_capacity=16, spec_width=2))
 
 
 def test_sampled_speculative_runs_are_reproducible_from_the_seed(target, draft):

@@ -16,8 +16,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mini_deepinfer.sampling import draw, make_generator
-from mini_deepinfer.speculative import residual, verify_greedy, verify_sampled
+from mini_deepinfer.runtime.sampling import draw, make_generator
+from mini_deepinfer.runtime.speculative import residual, verify_greedy, verify_sampled
 
 ALPHA = 1e-4
 TRIALS = 8_000

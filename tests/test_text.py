@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mini_deepinfer.random_checkpoint import QWEN3_5_ADDED_TOKENS, preset, write_text_files
-from mini_deepinfer.text import (
+from mini_deepinfer.runtime.text import (
     REPLACEMENT_CHAR,
     ChatTemplate,
     StreamDetokenizer,
@@ -24,6 +23,8 @@ from mini_deepinfer.text import (
     TextTokenizer,
     load_text,
 )
+from mini_deepinfer.tools.checkpoints import preset, write_text_files
+from mini_deepinfer.tools.tokenizer_files import QWEN3_5_ADDED_TOKENS
 
 MIXED_TEXTS = [
     "Hello, world! It's a test; they'll see what we've done.",

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from mini_deepinfer.records import RunRecord, package_version
+from mini_deepinfer.tools.records import RunRecord, package_version
 from site_scripts import mkdocs_hooks
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -57,6 +57,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from mini_deepinfer.tools.cli import OneLineParser, UsageError, positive_ints, run_command
+
 SCHEMA_VERSION = 2
 PROMPT_SEED = 1234
 PAD_ID = 0
@@ -83,26 +85,6 @@ TARGETS: dict[str, tuple[str, float]] = {
 }
 
 
-class UsageError(ValueError):
-    """Bad command-line input: printed as one line, exit code 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
-def positive_ints(text: str) -> list[int]:
-    """``"512,2048"`` -> ``[512, 2048]``; every value must be a positive integer."""
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="python -m mini_deepinfer.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="qwen3.5-0.8b", choices=["tiny", "qwen3.5-0.8b", "qwen3.5-2b"],
@@ -124,12 +106,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if too_small or args.threads < 0:
         raise UsageError("--repeats and --bandwidth-mib must be >= 1, --new-tokens and --prompt-len >= 2, "
                          "--threads >= 0")
-    from mini_deepinfer.device import resolve_device, resolve_dtype
+    from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
 
-    try:  # checked here, in the parent, so that a bad value is one line before any work starts
-        args.torch_device, args.torch_dtype = resolve_device(args.device), resolve_dtype(args.dtype)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    # checked here, in the parent, so that a bad value is one line before any work starts
+    args.torch_device, args.torch_dtype = resolve_device(args.device), resolve_dtype(args.dtype)
     return args
 
 
@@ -169,7 +149,7 @@ def peak_rss_bytes() -> int:
 
 def peak_device_bytes(device) -> int | None:
     """The most memory the accelerator's allocator has handed out in this process; None on CPU."""
-    from mini_deepinfer.device import device_module
+    from mini_deepinfer.runtime.device import device_module
 
     module = device_module(device)
     return None if module is None else int(module.max_memory_allocated(device))
@@ -194,7 +174,7 @@ def read_bandwidth_runs(repeats: int, mib: int, device=None) -> list[float]:
     """GB/s of summing a 2 GiB float32 tensor on ``device`` (memory-bound); one warm-up first."""
     import torch
 
-    from mini_deepinfer.device import device_module, synchronize
+    from mini_deepinfer.runtime.device import device_module, synchronize
 
     device = device or torch.device("cpu")
     nbytes = mib * 2**20
@@ -216,18 +196,18 @@ def read_bandwidth_runs(repeats: int, mib: int, device=None) -> list[float]:
 # --8<-- [start:ours]
 def time_engine(model, prompt_ids: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:
     """Wall time of one engine run (all prompts together, greedy, fixed length) and its tokens."""
-    from mini_deepinfer.batch import BatchEngine
-    from mini_deepinfer.device import synchronize
-    from mini_deepinfer.request import SamplingParams
-    from mini_deepinfer.runner import ModelRunner, new_cache
+    from mini_deepinfer.core.engine import EngineConfig
+    from mini_deepinfer.core.request import SamplingParams
+    from mini_deepinfer.runtime.device import synchronize
+    from mini_deepinfer.runtime.factory import build_engine
 
     capacity = sum(len(p) + new_tokens for p in prompt_ids)
-    runner = ModelRunner(model, new_cache(model, capacity, len(prompt_ids)))
-    engine = BatchEngine(runner, capacity, len(prompt_ids), max_num_seqs=len(prompt_ids),
-                         max_batched_tokens=max(sum(map(len, prompt_ids)), len(prompt_ids)))
+    config = EngineConfig(kv_capacity=capacity, max_num_seqs=len(prompt_ids),
+                          max_batched_tokens=max(sum(map(len, prompt_ids)), len(prompt_ids)))
+    engine = build_engine(model, config)
     for i, ids in enumerate(prompt_ids):
         engine.submit(f"r{i}", ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
-    synchronize(runner.device)
+    synchronize(engine.runner.device)
     start = time.perf_counter()
     engine.run()  # every round reads its sampled tokens back, so the run ends when the device is done
     elapsed = time.perf_counter() - start
@@ -240,7 +220,7 @@ def time_transformers(model, prompt_ids: list[list[int]], new_tokens: int) -> tu
     """The same with transformers' ``generate``: prompts left-padded to the longest, with a mask."""
     import torch
 
-    from mini_deepinfer.device import synchronize
+    from mini_deepinfer.runtime.device import synchronize
 
     longest = max(map(len, prompt_ids))
     ids = torch.tensor([[PAD_ID] * (longest - len(p)) + p for p in prompt_ids], device=model.device)
@@ -343,7 +323,7 @@ def sweep_s(modules: list, rows: list) -> float:
     """Seconds to run each module once on its input rows (until the device has finished)."""
     import torch
 
-    from mini_deepinfer.device import synchronize
+    from mini_deepinfer.runtime.device import synchronize
 
     device = rows[0].device
     synchronize(device)
@@ -398,7 +378,7 @@ def prefill_linear_floor(model, length: int, repeats: int) -> dict[str, Any]:
 
 def largest_cache_bytes(model, args: argparse.Namespace) -> int:
     """Bytes of the largest cache any measurement configured (the memory target allows for it)."""
-    from mini_deepinfer.runner import new_cache
+    from mini_deepinfer.runtime.factory import new_cache
 
     sizes = [(length + 1, 1) for length in args.prefill]
     sizes += [(sum(prompt_lengths(b, args.prompt_len)) + b * args.new_tokens, b) for b in args.batches]
@@ -550,9 +530,9 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     import torch
     import transformers
 
-    from mini_deepinfer.device import device_info
-    from mini_deepinfer.random_checkpoint import write_random_checkpoint
-    from mini_deepinfer.records import source_sha, utc_now_iso
+    from mini_deepinfer.runtime.device import device_info
+    from mini_deepinfer.tools.checkpoints import write_random_checkpoint
+    from mini_deepinfer.tools.records import source_sha, utc_now_iso
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -584,30 +564,26 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     return {key: report[key] for key in REPORT_KEYS}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_args(argv)
-        if args.output is not None:
-            from mini_deepinfer.records import RecordError, check_output_path
+def run(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.output is not None:
+        from mini_deepinfer.tools.records import check_output_path
 
-            try:
-                check_output_path(args.output)
-            except RecordError as exc:
-                raise UsageError(str(exc)) from None
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        check_output_path(args.output)
     if args.side:
         print(json.dumps(measure_side(args)))
         return 0
     report = run_benchmark(args, argv)
     sys.stdout.write(format_table(report))
     if args.output:
-        from mini_deepinfer.records import write_record
+        from mini_deepinfer.tools.records import write_record
 
         write_record(args.output, report)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(run, argv)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """What the two in-process benchmarks, ``bench.rounds`` and ``bench.speculative``, share.
 
-Scope: the random Qwen3.5 shapes they build (``PRESETS``), their common command-line options and the checks
-on them, the provenance part of their JSON (command, date, source, device, dtype), the text that says where
-a result was measured, and the plain-text table layout.
+Scope: the presets they build (``IN_CODE_PRESETS``: random Qwen3.5 models built in code), their common
+command-line options and the checks on them, the provenance part of their JSON (command, date, source, device,
+dtype), the text that says where a result was measured, and the plain-text table layout.
 
 Non-scope: what each benchmark measures and reports (its own module), and the comparison with
 transformers (``bench.__main__``, which runs each side in its own process and builds no model in code).
@@ -16,19 +16,13 @@ from typing import Any
 
 import torch
 
-from mini_deepinfer.device import device_info, dtype_name
-from mini_deepinfer.generate import UsageError
-from mini_deepinfer.records import check_output_path, source_sha, utc_now_iso
+from mini_deepinfer.models.presets import QWEN3_5_SHAPES
+from mini_deepinfer.runtime.device import device_info, dtype_name
+from mini_deepinfer.tools.cli import UsageError
+from mini_deepinfer.tools.records import check_output_path, source_sha, utc_now_iso
 
-PRESETS: dict[str, dict[str, int]] = {
-    # the layer pattern of Qwen3.5 (three Gated DeltaNet layers, then one gated attention layer)
-    "tiny": dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
-                 linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16),
-    "small": dict(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
-                  num_attention_heads=8, num_key_value_heads=2, head_dim=32, linear_num_key_heads=4,
-                  linear_num_value_heads=8, linear_key_head_dim=32, linear_value_head_dim=32),
-}
+IN_CODE_PRESETS = ("tiny", "small")
+"""The ``models.presets`` shapes the in-process benchmarks build (small vocabularies, random weights)."""
 
 
 def add_common_options(parser: argparse.ArgumentParser, repeats: int, repeats_help: str) -> None:
@@ -36,7 +30,8 @@ def add_common_options(parser: argparse.ArgumentParser, repeats: int, repeats_he
     p = parser
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (default cpu)")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
-    p.add_argument("--preset", default="small", help=f"model shape: {' or '.join(PRESETS)} (default small)")
+    p.add_argument("--preset", default="small",
+                   help=f"model shape: {' or '.join(IN_CODE_PRESETS)} (default small)")
     p.add_argument("--repeats", type=int, default=repeats, help=f"{repeats_help} (default {repeats})")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens each request generates (default 64)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
@@ -46,8 +41,8 @@ def add_common_options(parser: argparse.ArgumentParser, repeats: int, repeats_he
 def check_common_options(args: argparse.Namespace, counts: dict[str, int | None]) -> None:
     """Raise ``UsageError`` (one line) for a bad preset, a count below 1 or an unusable output path; then
     apply ``--threads``. ``counts`` maps each option name to its value (None when not given)."""
-    if args.preset not in PRESETS:
-        raise UsageError(f"unknown preset {args.preset!r}: use {' or '.join(PRESETS)}")
+    if args.preset not in IN_CODE_PRESETS:
+        raise UsageError(f"unknown preset {args.preset!r}: use {' or '.join(IN_CODE_PRESETS)}")
     for name, value in counts.items():
         if value is not None and value < 1:
             raise UsageError(f"{name} must be >= 1, got {value}")
@@ -70,7 +65,8 @@ def provenance(benchmark: str, argv: list[str], device: torch.device, dtype: tor
 def model_description(preset: str, model: torch.nn.Module) -> dict[str, Any]:
     """The report's ``config.model``: what was built, its parameter count and the preset's shape."""
     return {"architecture": "Qwen3.5 (random weights, built in code)",
-            "parameters": sum(p.numel() for p in model.parameters()), **PRESETS[preset]}
+            "parameters": sum(p.numel() for p in model.parameters()), "vocab_size": model.config.vocab_size,
+            **QWEN3_5_SHAPES[preset]}
 
 
 def where(device: dict[str, Any]) -> str:

@@ -28,9 +28,7 @@ from typing import Any
 
 import torch
 
-from mini_deepinfer.batch import BatchEngine
 from mini_deepinfer.bench.common import (
-    PRESETS,
     add_common_options,
     check_common_options,
     load_suffix,
@@ -39,19 +37,18 @@ from mini_deepinfer.bench.common import (
     text_table,
     where,
 )
-from mini_deepinfer.device import (
-    device_module,
-    resolve_device,
-    resolve_dtype,
-    synchronize,
-)
-from mini_deepinfer.generate import OneLineParser
-from mini_deepinfer.models import Qwen35Config, build_model
-from mini_deepinfer.models.common import CausalLM
-from mini_deepinfer.plan import RoundPlan, RoundResult
-from mini_deepinfer.records import write_record
-from mini_deepinfer.request import SamplingParams
-from mini_deepinfer.runner import ModelRunner, RunnerLaunch, new_cache
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.core.plan import RoundPlan, RoundResult
+from mini_deepinfer.core.request import SamplingParams
+from mini_deepinfer.models import build_model
+from mini_deepinfer.models.layers import CausalLM
+from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.runtime.device import device_module, resolve_device, resolve_dtype, synchronize
+from mini_deepinfer.runtime.factory import build_engine
+from mini_deepinfer.runtime.model_runner import ModelRunner, RunnerLaunch
+from mini_deepinfer.tools.cli import OneLineParser, run_command
+from mini_deepinfer.tools.records import write_record
 
 MODES: dict[str, bool] = {"synchronous": False, "cross_round": True}  # mode name -> Engine(pipeline=...)
 WARMUP_RUNS = 1  # per mode, before any measured run (first calls allocate and fill caches)
@@ -95,8 +92,7 @@ class Workload:
 
 def build_random_model(preset: str, dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
     """A Qwen3.5 of the preset's shape with random weights (it produces random tokens)."""
-    config = Qwen35Config(**PRESETS[preset], initializer_range=0.1)
-    return build_model(config, dtype, device, seed=seed)
+    return build_model(qwen3_5_config(preset, initializer_range=0.1), dtype, device, seed=seed)
 
 
 # --8<-- [start:timed_runner]
@@ -132,6 +128,9 @@ class TimedRunner:
         result = self.inner.read(handle)
         self.read_wait_s += time.perf_counter() - start
         return result
+
+    def rewind(self, request_id: str, length: int) -> None:
+        self.inner.rewind(request_id, length)
 
     def release(self, request_id: str) -> None:
         self.inner.release(request_id)
@@ -199,9 +198,10 @@ def timed_step(engine: BatchEngine, runner: TimedRunner) -> RoundTiming:
 def make_engine(model: CausalLM, workload: Workload, pipeline: bool) -> tuple[BatchEngine, TimedRunner]:
     """A batch engine whose budget fits every prompt in round 1, so all requests decode together."""
     n = workload.num_requests
-    runner = TimedRunner(ModelRunner(model, new_cache(model, workload.kv_capacity, n)))
-    engine = BatchEngine(runner, workload.kv_capacity, n, max_num_seqs=n,
-                         max_batched_tokens=sum(workload.prompt_lens), pipeline=pipeline)
+    config = EngineConfig(kv_capacity=workload.kv_capacity, max_num_seqs=n,
+                          max_batched_tokens=sum(workload.prompt_lens), pipeline=pipeline)
+    engine = build_engine(model, config)
+    engine.runner = runner = TimedRunner(engine.runner)  # the same runner, with clocks around its calls
     return engine, runner
 
 
@@ -447,21 +447,20 @@ def run_benchmark(settings: Settings, argv: list[str]) -> dict[str, Any]:
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        settings = resolve_settings(argv)
-        report = run_benchmark(settings, argv)
-        if settings.output is not None:
-            write_record(settings.output, report)
-    except ValueError as exc:  # bad options, an unusable device or output path: one line, exit 2
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def run(argv: list[str]) -> int:
+    settings = resolve_settings(argv)  # bad options, an unusable device or output path: one line, exit 2
+    report = run_benchmark(settings, argv)
+    if settings.output is not None:
+        write_record(settings.output, report)
     print(format_table(report), end="")
     if settings.output is not None:
         print(f"wrote {settings.output}")
     passed = report["checks"]["tokens_identical"] and report["checks"]["slots_returned"]
     return 0 if passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(run, argv)
 
 
 if __name__ == "__main__":

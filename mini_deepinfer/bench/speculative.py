@@ -39,16 +39,17 @@ from typing import Any
 import torch
 
 from mini_deepinfer.bench import common
-from mini_deepinfer.device import resolve_device, resolve_dtype, synchronize
-from mini_deepinfer.engine import Engine
-from mini_deepinfer.generate import OneLineParser, UsageError
-from mini_deepinfer.model_draft_demo import perturbed_copy
-from mini_deepinfer.models import Qwen35Config, build_model
-from mini_deepinfer.models.common import CausalLM
-from mini_deepinfer.records import write_record
-from mini_deepinfer.request import SamplingParams
-from mini_deepinfer.runner import ModelRunner, new_cache
-from mini_deepinfer.speculative import ModelDraft, SpeculativeRunner
+from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
+from mini_deepinfer.core.request import SamplingParams
+from mini_deepinfer.models import build_model
+from mini_deepinfer.models.layers import CausalLM
+from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.runtime.device import resolve_device, resolve_dtype, synchronize
+from mini_deepinfer.runtime.factory import build_engine
+from mini_deepinfer.runtime.speculative.draft import ModelDraft
+from mini_deepinfer.tools.checkpoints import perturbed_copy
+from mini_deepinfer.tools.cli import OneLineParser, UsageError, positive_ints, run_command
+from mini_deepinfer.tools.records import write_record
 
 DAMPING = 0.1
 NOISE = 0.1
@@ -81,8 +82,7 @@ class Workload:
 
 def build_target(preset: str, dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
     """A random Qwen3.5 of the preset's shape whose second half of layers is damped (see the module text)."""
-    config = Qwen35Config(**common.PRESETS[preset], initializer_range=0.02)
-    model = build_model(config, dtype, device, seed=seed)
+    model = build_model(qwen3_5_config(preset), dtype, device, seed=seed)
     half = model.config.num_hidden_layers // 2
     with torch.no_grad():
         for layer in model.model.layers[half:]:
@@ -143,13 +143,9 @@ def run_case(target: CausalLM, draft: CausalLM | None, width: int, workload: Wor
              prompt: list[int]) -> CaseRun:
     """Decode the request once (plainly when ``draft`` is None) and count what it cost."""
     cap = workload.kv_capacity
-    if draft is None:
-        runner = ModelRunner(target, new_cache(target, cap, 1))
-        engine = Engine(runner, cap, 1)
-    else:
-        model_draft = ModelDraft(draft, new_cache(draft, cap, 1), width)
-        runner = SpeculativeRunner(target, new_cache(target, cap, 1), model_draft)
-        engine = Engine(runner, cap, 1, spec_width=width)
+    engine = build_engine(target, EngineConfig(kv_capacity=cap, spec_width=width), draft=draft,
+    batching=False)
+    runner = engine.runner
     draft_s = _time_proposals(runner.draft) if draft is not None else [0.0]
     device = target.lm_head.weight.device
     gc.collect()
@@ -159,7 +155,7 @@ def run_case(target: CausalLM, draft: CausalLM | None, width: int, workload: Wor
     engine.run()
     synchronize(device)
     wall_s = time.perf_counter() - start
-    stats = getattr(runner, "stats", {})
+    stats = runner.stats if draft is not None else {}
     free = engine.kv_pool.num_free == cap and engine.state_pool.num_free == 1
     if draft is not None:
         free = free and runner.draft.free_kv_slots() == cap and runner.draft.free_state_slots() == 1
@@ -319,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
                       description="Time plain and speculative decoding of a random Qwen3.5 with drafts that "
                                   "always, sometimes and never agree, and a cheaper half-depth draft.")
     common.add_common_options(p, repeats=5, repeats_help="measured runs per case")
-    p.add_argument("--widths", default="2,4", help="comma-separated draft widths, 1..16 (default 2,4)")
+    p.add_argument("--widths", type=positive_ints, default=[2, 4],
+                   help=f"comma-separated draft widths, 1..{MAX_SPEC_WIDTH} (default 2,4)")
     return p
 
 
@@ -328,35 +325,30 @@ def resolve_settings(argv: list[str]) -> Settings:
     a = build_parser().parse_args(argv)
     counts = {"--repeats": a.repeats, "--new-tokens": a.new_tokens, "--threads": a.threads}
     common.check_common_options(a, counts)
-    try:
-        widths = [int(w) for w in a.widths.split(",")]
-    except ValueError:
-        raise UsageError(f"--widths must be comma-separated integers, got {a.widths!r}") from None
-    if not all(1 <= w <= 16 for w in widths):
-        raise UsageError(f"every draft width must be in 1..16, got {a.widths}")
-    return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, widths, a.repeats,
+    if max(a.widths) > MAX_SPEC_WIDTH:
+        raise UsageError(f"every draft width must be in 1..{MAX_SPEC_WIDTH}, got {a.widths}")
+    return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, a.widths, a.repeats,
                     Workload(new_tokens=a.new_tokens), a.output)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        settings = resolve_settings(argv)
-        target = build_target(settings.preset, settings.dtype, settings.device, settings.workload.seed)
-        load_before = os.getloadavg()
-        runs = run_all(target, settings.widths, settings.workload, settings.repeats)
-        report = build_report(argv, settings, target, runs)
-        # other processes on the machine slow a CPU run down; the 1-minute load average tells a reader
-        report["device"]["load_average_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}
-        if settings.output is not None:
-            write_record(settings.output, report)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def run(argv: list[str]) -> int:
+    settings = resolve_settings(argv)
+    target = build_target(settings.preset, settings.dtype, settings.device, settings.workload.seed)
+    load_before = os.getloadavg()
+    runs = run_all(target, settings.widths, settings.workload, settings.repeats)
+    report = build_report(argv, settings, target, runs)
+    # other processes on the machine slow a CPU run down; the 1-minute load average tells a reader
+    report["device"]["load_average_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}
+    if settings.output is not None:
+        write_record(settings.output, report)
     print(format_table(report), end="")
     if settings.output is not None:
         print(f"wrote {settings.output}")
     return 0 if report["checks"]["tokens_identical"] and report["checks"]["slots_returned"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(run, argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from mini_deepinfer.models.common import CausalLM, ForwardBatch
 from mini_deepinfer.models.config import (
     SUPPORTED_ARCHITECTURES,
     ModelConfig,
@@ -17,6 +16,8 @@ from mini_deepinfer.models.config import (
     UnknownArchitectureError,
     config_from_hf_dict,
 )
+from mini_deepinfer.models.forward_batch import ForwardBatch
+from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.models.qwen2 import Qwen2ForCausalLM
 from mini_deepinfer.models.qwen3_5 import Qwen35ForCausalLM
 

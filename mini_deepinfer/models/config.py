@@ -50,6 +50,27 @@ def _checkpoint_dtype(d: dict[str, Any]) -> str | None:
     return None if value is None else str(value)
 
 
+# --8<-- [start:check_fields]
+def _check_fields(config: Any, zero_allowed: tuple[str, ...] = ()) -> None:
+    """Each number of a config has its annotated type and is positive; one line for the first that is not.
+
+    ``config.json`` is read as it is, so a field of the wrong type (``"hidden_size": "abc"``) must stop here,
+    not deep inside ``torch.empty``. ``zero_allowed`` names the fields where 0 means "derive it".
+    """
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if f.type == "bool" and not isinstance(value, bool):
+            raise ValueError(f"{f.name} must be true or false, got {value!r}")
+        if f.type in ("int", "float"):
+            number = isinstance(value, int) if f.type == "int" else isinstance(value, (int, float))
+            if isinstance(value, bool) or not number:
+                kind = "an integer" if f.type == "int" else "a number"
+                raise ValueError(f"{f.name} must be {kind}, got {value!r}")
+            if not (value > 0 or (value == 0 and f.name in zero_allowed)):  # written so that NaN fails too
+                raise ValueError(f"{f.name} must be positive, got {value!r}")
+# --8<-- [end:check_fields]
+
+
 def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in d.items() if k in names and v is not None}
@@ -84,6 +105,7 @@ class Qwen35Config:
     checkpoint_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        _check_fields(self, zero_allowed=("initializer_range",))
         if not self.layer_types:
             object.__setattr__(self, "layer_types", _interval_layer_types(self.num_hidden_layers, 4))
         if len(self.layer_types) != self.num_hidden_layers:
@@ -193,6 +215,7 @@ class Qwen2Config:
     checkpoint_dtype: str | None = None
 
     def __post_init__(self) -> None:
+        _check_fields(self, zero_allowed=("head_dim", "initializer_range"))
         if not self.head_dim:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if self.num_attention_heads % self.num_key_value_heads:

@@ -30,8 +30,8 @@ from torch import nn
 from tqdm import tqdm
 
 from mini_deepinfer.models import build_model
-from mini_deepinfer.models.common import CausalLM
 from mini_deepinfer.models.config import ModelConfig, UnknownArchitectureError, config_from_hf_dict
+from mini_deepinfer.models.layers import CausalLM
 
 CONFIG_FILE = "config.json"
 GENERATION_CONFIG_FILE = "generation_config.json"

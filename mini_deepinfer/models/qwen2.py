@@ -13,16 +13,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mini_deepinfer.models.common import (
+from mini_deepinfer.models.config import Qwen2Config
+from mini_deepinfer.models.forward_batch import ForwardContext
+from mini_deepinfer.models.layers import (
     CausalLM,
-    ForwardContext,
     Linear,
     RMSNorm,
     SwiGLUMLP,
     apply_rotary,
     paged_attention,
 )
-from mini_deepinfer.models.config import Qwen2Config
 
 
 class Qwen2Attention(nn.Module):

@@ -21,16 +21,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini_deepinfer.models.common import (
+from mini_deepinfer.models.config import LINEAR_ATTENTION, Qwen35Config
+from mini_deepinfer.models.forward_batch import ForwardContext
+from mini_deepinfer.models.layers import (
     CausalLM,
-    ForwardContext,
     Linear,
     SwiGLUMLP,
     ZeroCenteredRMSNorm,
     apply_rotary,
     paged_attention,
 )
-from mini_deepinfer.models.config import LINEAR_ATTENTION, Qwen35Config
 
 L2NORM_EPS = 1e-6
 

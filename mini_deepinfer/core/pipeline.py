@@ -20,10 +20,19 @@ class StoppingDecodePipeline:
     """Holds the one round whose tokens the CPU has not read yet."""
 
     def __init__(self) -> None:
-        self.pending: Launched | None = None
+        self._pending: Launched | None = None
 
     def swap(self, launched: Launched | None) -> Launched | None:
         """Put round N+1 in flight; return round N, which the caller reads and commits now."""
-        previous, self.pending = self.pending, launched
+        previous, self._pending = self._pending, launched
         return previous
 # --8<-- [end:pipeline]
+
+    @property
+    def in_flight(self) -> bool:
+        """True while a launched round has not been handed back for reading."""
+        return self._pending is not None
+
+    def drop(self) -> None:
+        """Forget the round in flight without reading it (after a runner failure)."""
+        self._pending = None

@@ -46,7 +46,8 @@ def _ids(tokens: object) -> str:
     return str(tokens)
 
 
-def _span(start: int, n: int) -> str:
+def span(start: int, n: int) -> str:
+    """Positions ``start .. start + n - 1`` as text: ``"7"`` for one, ``"7..10"`` for four."""
     return str(start) if n == 1 else f"{start}..{start + n - 1}"
 
 
@@ -59,7 +60,7 @@ def format_event(event: TraceEvent) -> str:
         return f"{head} prompt={_ids(d['prompt'])} max_new_tokens={d['max_new_tokens']}{eos}"
     if event.kind == "schedule":
         return (f"{head} {d['phase']:<7} inputs={_ids(d['inputs'])} "
-                f"positions={_span(d['start_pos'], len(d['inputs']))} slots={_ids(d['slots'])}")
+                f"positions={span(d['start_pos'], len(d['inputs']))} slots={_ids(d['slots'])}")
     late = f" (from round {d['round']})" if d.get("round", event.round_id) != event.round_id else ""
     if event.kind == "commit":
         return f"{head} +{_ids(d['tokens'])}{late} -> output {_ids(d['output'])}"
@@ -74,7 +75,5 @@ def format_event(event: TraceEvent) -> str:
     if event.kind == "free":
         state = f" state slot {d['state_slot']}" if d.get("state_slot") is not None else ""
         return f"{head} slots={_ids(d['slots'])}{state} (free {d['free']}/{d['capacity']})"
-    if event.kind == "wait":
-        return f"{head} {d['why']}"
     details = " ".join(f"{k}={_ids(v)}" for k, v in d.items())
     return f"{head} {details}".rstrip()

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .cache import HybridCache
-from .device import device_module
-from .models.common import CausalLM, ForwardBatch
-from .plan import IN_FLIGHT, RoundPlan, RoundResult, SeqPlan
-from .sampling import make_generator, sample
+from mini_deepinfer.core.plan import IN_FLIGHT, RoundPlan, RoundResult, SeqPlan
+from mini_deepinfer.models.cache import HybridCache
+from mini_deepinfer.models.forward_batch import ForwardBatch
+from mini_deepinfer.models.layers import CausalLM
+from mini_deepinfer.runtime.device import device_module
+from mini_deepinfer.runtime.sampling import make_generator, sample
 
 
 @dataclass
@@ -98,6 +99,7 @@ class ModelRunner:
         logits = self.model(batch, self.cache)
         sampling = [s for s in plan.seqs if s.sample]
         tokens = sample(logits, [s.params for s in sampling], [self._generator(s) for s in sampling])
+        tokens = flag_non_finite(logits, tokens)
         for i, seq in enumerate(sampling):
             self.last_token[seq.request_id] = tokens[i]  # the next round may read it before the CPU does
         host, done = self._copy_to_host(tokens)
@@ -109,7 +111,9 @@ class ModelRunner:
         if handle.done is not None:
             handle.done.synchronize()
         result = RoundResult(handle.round_id)
-        for rid, token in zip(handle.sampled_ids, handle.host_tokens.tolist()):
+        tokens = handle.host_tokens.tolist()
+        check_finite(handle.round_id, handle.sampled_ids, tokens)
+        for rid, token in zip(handle.sampled_ids, tokens):
             result.tokens[rid] = [token]
         if handle.logits is not None:
             result.extra["logits"] = dict(zip(handle.sampled_ids, handle.logits))
@@ -138,13 +142,41 @@ class ModelRunner:
         return self.generators[seq.request_id]
     # --8<-- [end:generator]
 
+    def rewind(self, request_id: str, length: int) -> None:
+        """A plain runner computes no draft positions, so there is never anything to rewind."""
+        raise RuntimeError(f"{request_id}: this runner runs no draft model; use a SpeculativeRunner")
+
     def release(self, request_id: str) -> None:
         """Forget a finished request's generator and device-side token."""
         self.generators.pop(request_id, None)
         self.last_token.pop(request_id, None)
 
 
-def new_cache(model: CausalLM, kv_capacity: int, state_capacity: int) -> HybridCache:
-    """A cache for ``model`` on its device and dtype."""
-    weight = model.lm_head.weight
-    return HybridCache(model.config, kv_capacity, state_capacity, weight.dtype, weight.device)
+# --8<-- [start:non_finite]
+NON_FINITE = -1
+"""The token a row gets when its logits hold NaN or infinity: no vocabulary has it, so it cannot be
+sampled."""
+
+
+class NonFiniteLogitsError(RuntimeError):
+    """A round produced NaN or infinite logits for some request (broken weights, or an overflow)."""
+
+
+def flag_non_finite(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Replace the token of every row whose logits are not all finite by ``NON_FINITE``, on the device.
+
+    The flag travels with the tokens, so the CPU learns of it in the read it makes anyway: checking here with
+    ``bool(...)`` would make the host wait for the round.
+    """
+    finite = torch.isfinite(logits).all(dim=-1)
+    return torch.where(finite, tokens, torch.full_like(tokens, NON_FINITE))
+
+
+def check_finite(round_id: int, request_ids: list[str], tokens: list[int]) -> None:
+    """Raise ``NonFiniteLogitsError`` naming the round and the requests whose token carries the flag."""
+    bad = list(dict.fromkeys(rid for rid, token in zip(request_ids, tokens) if token == NON_FINITE))
+    if bad:
+        raise NonFiniteLogitsError(f"round {round_id}: non-finite logits (NaN or inf) for {', '.join(bad)}")
+# --8<-- [end:non_finite]
+
+

@@ -4,9 +4,9 @@ Scope: one round of sampling for the rows the runner hands over (one row per tok
 filtered distribution those draws come from (for speculative verification), a per-request random generator,
 and drawing one token from an explicit probability vector.
 
-Non-scope: logits computation (the model), stop decisions (``commit.py``), acceptance tests of
-speculative decoding (``speculative.py``), and validation of user input (``SamplingParams`` in ``request.py``
-rejects bad values; this module only re-checks what would otherwise fail silently).
+Non-scope: logits computation (the model), stop decisions (``core/commit.py``), acceptance tests of
+speculative decoding (``speculative/verify.py``), and validation of user input: ``SamplingParams``
+(``core/request.py``) rejects bad values once, when a request is made, so nothing here checks them again.
 
 Three invariants shape the code:
 
@@ -35,7 +35,6 @@ import torch
 
 __all__ = [
     "SamplingLike",
-    "check_params",
     "draw",
     "is_greedy",
     "make_generator",
@@ -63,23 +62,6 @@ class SamplingLike(Protocol):
 def is_greedy(params: SamplingLike) -> bool:
     """True when the row takes the argmax (temperature 0)."""
     return params.temperature == 0.0
-
-
-def check_params(params: SamplingLike) -> None:
-    """Raise ``ValueError`` for parameters that would make a distribution meaningless.
-
-    Args:
-        params: the sampling parameters of one request.
-
-    Raises:
-        ValueError: temperature < 0 (or NaN), top_k < 0, or top_p outside (0, 1].
-    """
-    if not params.temperature >= 0.0:
-        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
-    if params.top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {params.top_k}")
-    if not 0.0 < params.top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
@@ -209,7 +191,7 @@ def sample(
         ``[S]`` int64 token ids on ``logits.device``.
 
     Raises:
-        ValueError: mismatched lengths, invalid parameters, or a sampled row without a generator.
+        ValueError: mismatched lengths, or a sampled row without a generator.
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [S, V], got shape {tuple(logits.shape)}")
@@ -219,7 +201,6 @@ def sample(
         )
     tokens = torch.argmax(logits, dim=-1)
     for i, (row_params, generator) in enumerate(zip(params, generators)):
-        check_params(row_params)
         if is_greedy(row_params):
             continue
         if generator is None:
@@ -231,7 +212,6 @@ def sample(
 
 def _row_probabilities(row: torch.Tensor, params: SamplingLike) -> torch.Tensor:
     """The filtered distribution of one row in vocabulary order, float64 on the CPU, summing to 1."""
-    check_params(params)
     if is_greedy(params):
         one_hot = torch.zeros(row.numel(), dtype=torch.float64)
         one_hot[int(torch.argmax(row))] = 1.0

@@ -3,7 +3,8 @@
 Scope: the data a request carries through its life (prompt, sampling parameters, committed output,
 status, finish reason, the cache slots it holds) and the validation of user input.
 Non-scope: scheduling (``engine.py``, ``batch.py``), the decision to stop (``commit.py``),
-tensors of any kind (this module imports nothing outside the standard library).
+tensors of any kind (this module imports nothing outside the standard library). The checks here are the only
+checks of sampling parameters: sampling relies on them.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
-        if self.temperature < 0:
+        if not self.temperature >= 0:  # written so that NaN fails too
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")

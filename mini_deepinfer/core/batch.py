@@ -13,33 +13,29 @@ so a running request never runs out of slots; DeepInfer admits optimistically an
 from __future__ import annotations
 
 from .engine import Engine
-from .plan import RoundPlan, Runner, SeqPlan
+from .plan import RoundPlan, SeqPlan
 from .request import Request, RequestStatus
-from .trace import Trace
 
 
 class BatchEngine(Engine):
     """``Engine`` with a batching schedule.
 
-    Args:
-        max_num_seqs: most requests admitted (running) at once.
-        max_batched_tokens: the token budget of one round (decode tokens + prefill tokens).
-        chunked_prefill: split a prompt that does not fit the remaining budget across rounds.
-        spec_width: draft tokens verified per decode (speculative decoding; each costs budget too).
+    The config's ``max_num_seqs`` caps the requests running at once, ``max_batched_tokens`` is the token
+    budget of one round (the draft positions of a speculative decode count too), and ``chunked_prefill``
+    splits a prompt that does not fit the remaining budget across rounds.
     """
 
-    def __init__(self, runner: Runner, kv_capacity: int, state_capacity: int | None = None, *,
-                 max_num_seqs: int = 8, max_batched_tokens: int = 256, chunked_prefill: bool = False,
-                 pipeline: bool = False, trace: Trace | None = None, spec_width: int = 0) -> None:
-        if max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
-        if max_batched_tokens < 1:
-            raise ValueError(f"max_batched_tokens must be >= 1, got {max_batched_tokens}")
-        super().__init__(runner, kv_capacity, state_capacity, pipeline=pipeline, trace=trace,
-                         spec_width=spec_width)
-        self.max_num_seqs = max_num_seqs
-        self.max_batched_tokens = max_batched_tokens
-        self.chunked_prefill = chunked_prefill
+    @property
+    def max_num_seqs(self) -> int:
+        return self.config.max_num_seqs
+
+    @property
+    def max_batched_tokens(self) -> int:
+        return self.config.max_batched_tokens
+
+    @property
+    def chunked_prefill(self) -> bool:
+        return self.config.chunked_prefill
 
     def check_fits(self, req: Request) -> None:
         super().check_fits(req)

@@ -1,53 +1,95 @@
 """The engine: one loop that organises rounds (schedule, launch, read, commit).
 
-Scope: submitting and cancelling requests, admitting them into the cache (KV slots per token, one
-state slot per request), the ``step()`` loop, and the simplest schedule: one request at a time, whole
-prompt first, then one decode token per round. ``BatchEngine`` (``batch.py``) replaces only
-``schedule()``; cross-round execution (``pipeline.py``) changes only *when* a launched round is read. With
-``spec_width`` a decode also takes the positions of the draft tokens it verifies, and ``rollback`` gives back
-those that were rejected (speculative decoding; the runner is ``speculative.SpeculativeRunner``).
-Non-scope: tensors (runners), deciding what a sampled token means (``commit.py``).
-This module imports nothing outside the standard library.
+Scope: the numbers that size an engine (``EngineConfig``, checked once), submitting and cancelling requests,
+admitting them into the cache (KV slots per token, one state slot per request), the ``step()`` loop, the
+simplest schedule (one request at a time, whole prompt first, then one decode token per round), and what
+follows a read: committing each request's tokens (the rules are ``commit.py``'s), finishing, giving back the
+KV slots of rejected drafts and releasing slots. ``BatchEngine`` (``batch.py``) replaces only ``schedule()``;
+cross-round execution (``pipeline.py``) changes only *when* a launched round is read. With ``spec_width`` a
+decode also takes the positions of the draft tokens it verifies, and ``rollback`` gives back those that were
+rejected (speculative decoding; the runner is ``runtime.speculative.SpeculativeRunner``).
+Non-scope: tensors (runners). This module imports nothing outside the standard library.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import dataclass
 
-from .commit import Delivery, commit_round
+from .commit import Delivery, commit_tokens
 from .pipeline import StoppingDecodePipeline
-from .plan import IN_FLIGHT, RoundPlan, Runner, SeqPlan
+from .plan import IN_FLIGHT, RoundPlan, RoundResult, SeqPlan
 from .request import FinishReason, Request, RequestStatus, SamplingParams, validate_prompt
+from .runner import Runner
 from .slots import SlotPool
 from .trace import Trace
 
+MAX_SPEC_WIDTH = 16
+"""The largest ``spec_width`` (draft tokens per round) an engine accepts."""
+
+
+# --8<-- [start:config]
+@dataclass(frozen=True)
+class EngineConfig:
+    """The numbers that size an engine. They are checked here, once, when the config is made.
+
+    Attributes:
+        kv_capacity: KV slots (one per cached token position, across all requests).
+        state_capacity: state slots (one per running request) for models with recurrent layers; None for
+            runners that keep no per-request state (the toy).
+        max_num_seqs: ``BatchEngine``: most requests running at once.
+        max_batched_tokens: ``BatchEngine``: the token budget of one round (decode + prefill tokens).
+        chunked_prefill: ``BatchEngine``: split a prompt that does not fit the remaining budget across rounds.
+        pipeline: launch round N+1 before reading round N (cross-round execution).
+        spec_width: draft tokens verified per decode round (speculative decoding; 0 = off). The runner must
+            propose and verify them (``runtime.speculative.SpeculativeRunner``).
+    """
+
+    kv_capacity: int
+    state_capacity: int | None = None
+    max_num_seqs: int = 8
+    max_batched_tokens: int = 256
+    chunked_prefill: bool = False
+    pipeline: bool = False
+    spec_width: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("kv_capacity", "max_num_seqs", "max_batched_tokens"):
+            _check_int(name, getattr(self, name), 1)
+        if self.state_capacity is not None:
+            _check_int("state_capacity", self.state_capacity, 1)
+        _check_int("spec_width", self.spec_width, 0, MAX_SPEC_WIDTH)
+        if self.spec_width and self.pipeline:
+            raise ValueError("pipeline cannot be combined with speculative decoding (a speculative round "
+                             "reads its tokens before the next round is planned)")
+# --8<-- [end:config]
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
+    in_range = value >= low and (high is None or value <= high) if isinstance(value, int) else False
+    if isinstance(value, bool) or not in_range:
+        bounds = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
+
 
 class Engine:
-    """Runs requests through a runner, one round per ``step()``.
+    """Runs requests through a runner, one round per ``step()``; one request at a time.
 
     Args:
         runner: turns round plans into sampled tokens (the toy runner, or a model runner).
-        kv_capacity: KV slots (one per cached token position, across all requests).
-        state_capacity: state slots (one per running request) for models with recurrent layers;
-            None for runners that keep no per-request state.
-        pipeline: launch round N+1 before reading round N (cross-round execution).
+        config: capacities and modes (``max_num_seqs``, ``max_batched_tokens`` and ``chunked_prefill`` are
+            ``BatchEngine``'s; this schedule runs one request at a time, its whole prompt in one round).
         trace: where trace events go (a new one by default).
-        spec_width: draft tokens verified per decode round (speculative decoding; 0 = off). The runner
-            must propose and verify them (``speculative.SpeculativeRunner``).
     """
 
-    def __init__(self, runner: Runner, kv_capacity: int, state_capacity: int | None = None, *,
-                 pipeline: bool = False, trace: Trace | None = None, spec_width: int = 0) -> None:
-        if not isinstance(spec_width, int) or spec_width < 0:
-            raise ValueError(f"spec_width must be an integer >= 0, got {spec_width!r}")
-        if spec_width and pipeline:
-            raise ValueError("speculative decoding runs synchronously; it cannot be combined with pipeline")
+    def __init__(self, runner: Runner, config: EngineConfig, trace: Trace | None = None) -> None:
         self.runner = runner
-        self.spec_width = spec_width
-        self.kv_pool = SlotPool(kv_capacity, "kv")
-        self.state_pool = SlotPool(state_capacity, "state") if state_capacity is not None else None
-        self.pipeline = StoppingDecodePipeline() if pipeline else None
+        self.config = config
+        self.spec_width = config.spec_width
+        self.kv_pool = SlotPool(config.kv_capacity, "kv")
+        self.state_pool = SlotPool(config.state_capacity, "state") if config.state_capacity else None
+        self.pipeline = StoppingDecodePipeline() if config.pipeline else None
         self.trace = trace if trace is not None else Trace()
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
@@ -58,13 +100,22 @@ class Engine:
     def submit(self, request_id: str, prompt_token_ids: list[int],
                params: SamplingParams | None = None) -> Request:
         """Queue a request. Raises ValueError for input the engine can never serve."""
-        prompt = validate_prompt(request_id, prompt_token_ids)
-        if request_id in self.requests:
-            raise ValueError(f"{request_id}: a request with this id was already submitted")
-        req = Request(request_id, prompt, params or SamplingParams(), arrival_round=self.round_id + 1)
+        return self.add(self.new_request(request_id, prompt_token_ids, params))
+
+    def new_request(self, request_id: str, prompt_token_ids: list[int],
+                    params: SamplingParams | None = None) -> Request:
+        """Check a request against this engine without queueing it (``add`` queues it later)."""
+        req = Request(request_id, validate_prompt(request_id, prompt_token_ids), params or SamplingParams())
         self.check_fits(req)
-        self.requests[request_id] = req
-        self.trace.emit(self.round_id, "submit", request_id, prompt=list(prompt),
+        return req
+
+    def add(self, req: Request) -> Request:
+        """Queue a request made by ``new_request``; it is scheduled from the next round on."""
+        if req.request_id in self.requests:
+            raise ValueError(f"{req.request_id}: a request with this id was already submitted")
+        req.arrival_round = self.round_id + 1
+        self.requests[req.request_id] = req
+        self.trace.emit(self.round_id, "submit", req.request_id, prompt=list(req.prompt_token_ids),
                         max_new_tokens=req.params.max_new_tokens, eos=list(req.params.eos_token_ids))
         if req.params.max_new_tokens == 0:
             self.finish(req, FinishReason.LENGTH)
@@ -102,7 +153,7 @@ class Engine:
         except Exception as exc:  # the runner failed: nothing still in flight can be trusted
             return self.abandon_in_flight(exc)
         self.trace.emit(self.round_id, "read", None, round=done_plan.round_id)
-        return commit_round(self, done_plan, result)
+        return self.commit_round(done_plan, result)
     # --8<-- [end:step]
 
     # --8<-- [start:schedule]
@@ -194,25 +245,70 @@ class Engine:
         # draft tokens are proposed inside the runner; the trace shows them as "?" until verified
         self.trace.emit(self.round_id, "schedule", req.request_id, phase=kind,
                         inputs=list(tokens) + [None] * spec_width, start_pos=start, slots=new_slots)
+        # a draft model catches up from the committed tokens (a speculative engine has none in flight)
+        history = req.prompt_token_ids + tuple(req.output_token_ids) if spec_width else ()
         return SeqPlan(req.request_id, kind, tuple(tokens), start, tuple(new_slots), tuple(req.kv_slots),
-                       req.state_slot, sample, req.params, outputs_so_far, spec_width=spec_width)
+                       req.state_slot, sample, req.params, outputs_so_far, spec_width, history)
     # --8<-- [end:plan]
 
     # --8<-- [start:rollback]
     def rollback(self, req: Request) -> None:
-        """After a speculative round: keep the KV slots of the committed prefix only.
+        """After a speculative round: go back to the committed prefix, in the runner and in the KV pool.
 
-        The cache must hold ``prompt + output[:-1]``; the slots of rejected draft positions go back
-        to the pool. Their stale keys and values are harmless: a slot is written before it is read.
+        The caches must hold ``prompt + output[:-1]``. The runner sets every model's state back to that
+        length (``Runner.rewind``); the KV slots of rejected draft positions go back to the pool. Their stale
+        keys and values are harmless: a slot is written before it is read.
         """
         keep = req.prompt_len + len(req.output_token_ids) - 1
-        if keep >= req.num_computed:
-            return
-        freed, req.kv_slots = req.kv_slots[keep:], req.kv_slots[:keep]
+        self.runner.rewind(req.request_id, keep)
+        freed, req.kv_slots = req.kv_slots[keep:], req.kv_slots[:keep]  # none when every draft was accepted
         req.num_computed = keep
         self.kv_pool.free(freed)
         self.trace.emit(self.round_id, "rollback", req.request_id, slots=freed, kept=keep)
     # --8<-- [end:rollback]
+
+    # --8<-- [start:commit_round]
+    def commit_round(self, plan: RoundPlan, result: RoundResult) -> list[Delivery]:
+        """Process one round that the CPU has just read. Returns what each request delivered."""
+        deliveries: list[Delivery] = []
+        for seq in plan.seqs:
+            req = self.requests[seq.request_id]
+            req.rounds_in_flight -= 1
+            if seq.sample:
+                req.samples_in_flight -= 1
+                tokens = result.tokens.get(seq.request_id, [])
+                if req.finished:  # it stopped in an earlier round (or was cancelled): this work is stale
+                    self.trace.emit(self.round_id, "discard", req.request_id, tokens=tokens,
+                                    round=plan.round_id, why=f"already finished: {req.finish_reason.value}")
+                else:
+                    self._trace_verify(req, result)
+                    deliveries.append(self._commit_sampled(plan.round_id, req, tokens))
+                    if seq.spec_width and not req.finished:
+                        self.rollback(req)  # back to the committed prefix, in the runner and the KV pool
+            self.release_if_idle(req)
+        return deliveries
+    # --8<-- [end:commit_round]
+
+    def _trace_verify(self, req: Request, result: RoundResult) -> None:
+        """Speculative rounds: record what the draft proposed and how many drafts the target accepted."""
+        verified = result.extra.get("verify", {}).get(req.request_id)
+        if verified is not None:
+            self.trace.emit(self.round_id, "verify", req.request_id, **verified)
+
+    def _commit_sampled(self, round_id: int, req: Request, tokens: list[int]) -> Delivery:
+        kept, dropped, reason = commit_tokens(req, tokens)
+        if kept:
+            if req.first_token_at is None:
+                req.first_token_at = time.perf_counter()
+            req.committed_groups.append(list(kept))
+            self.trace.emit(self.round_id, "commit", req.request_id, tokens=kept, round=round_id,
+                            output=list(req.output_token_ids))
+        if dropped:
+            self.trace.emit(self.round_id, "discard", req.request_id, tokens=dropped, round=round_id,
+                            why=f"after {reason.value}")
+        if reason is not None:
+            self.finish(req, reason)
+        return Delivery(req.request_id, tuple(kept), reason)
 
     # --8<-- [start:cancel]
     def cancel(self, request_id: str) -> bool:
@@ -252,9 +348,7 @@ class Engine:
         state_slot, req.state_slot = req.state_slot, None
         if state_slot is not None:
             self.state_pool.free([state_slot])
-        release = getattr(self.runner, "release", None)
-        if release is not None:
-            release(req.request_id)
+        self.runner.release(req.request_id)
         if slots or state_slot is not None:
             self.trace.emit(self.round_id, "free", req.request_id, slots=slots, state_slot=state_slot,
                             free=self.kv_pool.num_free, capacity=self.kv_pool.capacity)
@@ -268,7 +362,7 @@ class Engine:
         uses them will be read. Requests with nothing in flight are untouched and keep running.
         """
         if self.pipeline is not None:
-            self.pipeline.pending = None
+            self.pipeline.drop()
         message = f"{type(exc).__name__}: {exc}"
         self.trace.emit(self.round_id, "error", None, error=message)
         failed = [r for r in self.requests.values() if r.rounds_in_flight > 0]
@@ -283,8 +377,8 @@ class Engine:
 
     def has_unfinished(self) -> bool:
         """True while any request is waiting or running, or a launched round is still unread."""
-        pending = self.pipeline is not None and self.pipeline.pending is not None
-        return bool(self.waiting or self.running or pending)
+        in_flight = self.pipeline is not None and self.pipeline.in_flight
+        return bool(self.waiting or self.running or in_flight)
 
     def run(self, max_rounds: int = 1_000_000) -> None:
         """Step until every request has finished and every round has been read."""

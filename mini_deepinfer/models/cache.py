@@ -4,7 +4,7 @@ Scope: the tensors, indexed by slot number. A *KV slot* is one row of every full
 value tensors and holds one token position of one sequence ("paged attention with block size 1"). A *state
 slot* is one row of every linear-attention (Gated DeltaNet) layer's convolution window and recurrent state and
 holds one sequence's whole past, whatever its length. The model reads and writes these rows during
-``forward``; this class also copies, resets and snapshots state slots, and keeps the per-position states
+``forward``; this class also resets and snapshots state slots, and keeps the per-position states
 of sequences whose forward asked for them (``ForwardBatch.capture_states``), so that speculative decoding
 can set a state slot back to the state after any verified position.
 
@@ -78,16 +78,6 @@ class HybridCache:
 
     def _state_tensors(self) -> list[torch.Tensor]:
         return list(self.conv_state.values()) + list(self.recurrent_state.values())
-
-    def copy_state(self, src: int, dst: int) -> None:
-        """Copy state slot ``src`` to ``dst`` in every linear-attention layer."""
-        for t in self._state_tensors():
-            t[dst].copy_(t[src])
-
-    def reset_state(self, slot: int) -> None:
-        """Zero state slot ``slot`` (convolution window and recurrent state) in every layer."""
-        for t in self._state_tensors():
-            t[slot].zero_()
 
     def reset_states(self, slots: torch.Tensor) -> None:
         """Zero several state slots at once; ``slots`` is an int64 tensor on the cache's device."""

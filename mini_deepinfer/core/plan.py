@@ -1,16 +1,14 @@
-"""What one round runs, and the runner protocol that runs it.
+"""What one round runs: the plan the engine hands to a runner, and the tokens the runner hands back.
 
-Scope: the round plan the engine hands to a runner (``RoundPlan``, one ``SeqPlan`` per request), the
-tokens a runner hands back (``RoundResult``), and the two-call ``Runner`` protocol: ``launch`` starts a
-round, ``read`` waits for its sampled tokens. A synchronous engine calls them back to back; a
-cross-round engine launches round N+1 before it reads round N.
-Non-scope: tensors. Runners (the toy runner, the torch ``ModelRunner``) turn plans into computation.
+Scope: ``RoundPlan`` (one ``SeqPlan`` per scheduled request, decodes first) and ``RoundResult`` (the sampled
+tokens the CPU reads back), plain data that both sides of the runner protocol (``core/runner.py``) share.
+Non-scope: tensors, and deciding anything: the engine fills plans, runners turn them into computation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from .request import SamplingParams
 
@@ -34,9 +32,10 @@ class SeqPlan:
         sample: whether this round samples a token for the request (last prefill chunk, or decode).
         params: the request's sampling parameters.
         num_output_tokens: outputs sampled before this round (committed or in flight), for seeding.
-        draft_token_ids: candidate tokens proposed by a draft model (speculative decoding), if any.
         spec_width: draft tokens the runner proposes and the target verifies after ``token_ids`` this
             round (speculative decode); the round computes positions ``start_pos .. start_pos + spec_width``.
+        history: speculative decodes only: the committed tokens at positions ``0 .. start_pos`` (the last one
+            is ``token_ids[0]``), from which a draft model catches up on the tokens it has not seen.
     """
 
     request_id: str
@@ -49,8 +48,8 @@ class SeqPlan:
     sample: bool
     params: SamplingParams
     num_output_tokens: int = 0
-    draft_token_ids: tuple[int, ...] = ()
     spec_width: int = 0
+    history: tuple[int, ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -86,18 +85,3 @@ class RoundResult:
     tokens: dict[str, list[int]] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
 
-
-class Runner(Protocol):
-    """Turns round plans into sampled tokens."""
-
-    def launch(self, plan: RoundPlan) -> object:
-        """Start computing ``plan``; return a handle. Must not wait for the results."""
-        ...
-
-    def read(self, handle: object) -> RoundResult:
-        """Wait for the round behind ``handle`` and return its sampled tokens."""
-        ...
-
-    def release(self, request_id: str) -> None:
-        """Forget a finished request (its generator, its device-side last token)."""
-        ...

@@ -3,9 +3,9 @@
 Scope: the record's shape (:class:`RunRecord`, :data:`RECORD_KEYS`), its provenance (source SHA, package
 version, start time), checking the output path before a run starts, and writing the file atomically.
 
-Non-scope: measuring anything (the runner, the engine and the entry modules fill the record), describing
-the device (``device.device_info``), rendering records on the site (``site_scripts/``). This module imports
-only the standard library, so the torch-free toy engine can write records too.
+Non-scope: measuring anything (the runner, the engine and the commands fill the record), describing the
+device (``runtime.device.device_info``), rendering records on the site (``site_scripts/``). This module
+imports only the standard library.
 
 A record is a plain dict with these top-level keys, in this order::
 
@@ -31,6 +31,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mini_deepinfer.tools.files import default_file_mode
+
 __all__ = [
     "RECORD_KEYS",
     "SCHEMA_VERSION",
@@ -55,7 +57,7 @@ RECORD_KEYS: tuple[str, ...] = (
 """Top-level keys every record has (``draft_model`` is added in two-model runs)."""
 
 DISTRIBUTION_NAME = "mini-deepinfer"
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 class RecordError(ValueError):
@@ -186,18 +188,11 @@ def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
             file.write(text)
             file.flush()
             os.fsync(file.fileno())
-        os.chmod(temp_name, 0o666 & ~_current_umask())  # mkstemp makes it owner-only; use the usual mode
+        os.chmod(temp_name, default_file_mode())  # mkstemp makes it owner-only; use the usual mode
         os.replace(temp_name, target)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
-
-
-def _current_umask() -> int:
-    """The process's umask. ``os`` can only read it by setting it, so it is set and put straight back."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def model_info(

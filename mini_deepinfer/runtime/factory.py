@@ -1,0 +1,65 @@
+"""One way to build an engine over a model: caches, runner and engine sized together.
+
+Scope: :func:`build_engine`, the only place that wires a model (and an optional draft model) to an engine. It
+gives every cache the capacities the engine hands out, so a slot number means the same row in every cache, and
+checks what only makes sense together (a draft needs a draft width, and the same vocabulary as the target).
+Non-scope: loading checkpoints (``models.loader``), the numbers themselves (``core.engine.EngineConfig``
+checks them when they are made).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mini_deepinfer.core.batch import BatchEngine
+from mini_deepinfer.core.engine import Engine, EngineConfig
+from mini_deepinfer.core.trace import Trace
+from mini_deepinfer.models.cache import HybridCache
+from mini_deepinfer.models.layers import CausalLM
+from mini_deepinfer.runtime.model_runner import ModelRunner
+from mini_deepinfer.runtime.speculative.draft import ModelDraft, check_same_vocabulary
+from mini_deepinfer.runtime.speculative.runner import SpeculativeRunner
+
+__all__ = ["build_engine", "check_draft", "new_cache"]
+
+
+def new_cache(model: CausalLM, kv_capacity: int, state_capacity: int) -> HybridCache:
+    """A cache for ``model`` on its device and in its dtype."""
+    weight = model.lm_head.weight
+    return HybridCache(model.config, kv_capacity, state_capacity, weight.dtype, weight.device)
+
+
+def check_draft(config: EngineConfig, has_draft: bool) -> None:
+    """A draft model and ``spec_width`` go together: at least one draft token with a draft, none without."""
+    if has_draft != (config.spec_width > 0):
+        width = config.spec_width
+        raise ValueError(f"spec_width must be >= 1 with a draft model and 0 without one, got {width}")
+
+
+# --8<-- [start:build_engine]
+def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | None = None,
+                 batching: bool = True, trace: Trace | None = None, keep_logits: bool = False) -> Engine:
+    """Build the engine that runs ``model``: its cache, its runner (with the draft's, if any), the engine.
+
+    Args:
+        model: the model that computes every committed token (the target, with a draft).
+        config: capacities and modes. Without ``state_capacity`` every cache gets as many state slots as
+            requests can run at once: ``max_num_seqs`` for a ``BatchEngine``, one for an ``Engine``.
+        draft: a draft model for speculative decoding; ``config.spec_width`` must then be at least 1.
+        batching: a ``BatchEngine`` (budget, chunking, many requests) rather than one request at a time.
+        trace: where the engine's trace events go.
+        keep_logits: the runner also hands back each sampled row's logits (tests compare them).
+    """
+    check_draft(config, draft is not None)
+    if config.state_capacity is None:
+        config = replace(config, state_capacity=config.max_num_seqs if batching else 1)
+    cache = new_cache(model, config.kv_capacity, config.state_capacity)
+    if draft is None:
+        runner = ModelRunner(model, cache, keep_logits=keep_logits)
+    else:
+        check_same_vocabulary(model, draft)
+        draft_cache = new_cache(draft, config.kv_capacity, config.state_capacity)
+        runner = SpeculativeRunner(model, cache, ModelDraft(draft, draft_cache))
+    engine_class = BatchEngine if batching else Engine
+    return engine_class(runner, config, trace)
+# --8<-- [end:build_engine]

