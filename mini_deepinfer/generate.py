@@ -62,6 +62,11 @@ def build_parser() -> OneLineParser:
     p.add_argument("--stagger-prompts", action="store_true", help="prompts arrive one round apart")
     p.add_argument("--pipeline", action="store_true",
                    help="cross-round execution: launch round N+1 before reading round N")
+    execution = p.add_mutually_exclusive_group()
+    execution.add_argument("--graphs", action="store_true",
+                           help="run greedy decode rounds as captured graphs (cuda, npu; on cpu the same "
+                                "static buffers, without capture)")
+    execution.add_argument("--eager", action="store_true", help="never run rounds as graphs")
     p.add_argument("--trace-rounds", action="store_true", help="print every round's schedule and cache")
     p.add_argument("--stream", action="store_true", help="print text as it is committed")
     p.add_argument("--cancel-after-tokens", type=int, metavar="N",
@@ -107,6 +112,7 @@ class Options:
     speculative: bool = False
     draft_width: int | None = None
     check_greedy: bool = False
+    graphs: bool | None = None  # --graphs (True), --eager (False), neither: the device's default
     extra: dict = field(default_factory=dict)
 
     def engine_config(self) -> EngineConfig:
@@ -154,6 +160,7 @@ def resolve_options(argv: list[str]) -> Options:
         options.draft_model, options.speculative = str(a.draft_model), True
         options.draft_width = DEFAULT_DRAFT_WIDTH if a.draft_width is None else a.draft_width
     options.check_greedy = a.check_greedy
+    options.graphs = True if a.graphs else False if a.eager else None
     return options
 
 
@@ -328,6 +335,7 @@ def build_record(argv: list[str], options: Options, loaded: Loaded, text: Text, 
     target = loaded.target
     record.model = model_info(target.path, target.config.architecture, target.num_parameters,
                               dtype_name(target.dtype))
+    record.model["weights"] = target.weights
     for rid, req in engine.requests.items():
         first = None if req.first_token_at is None else req.first_token_at - req.submitted_at
         record.add_request(prompt=prompts[rid], prompt_token_ids=req.prompt_token_ids,
@@ -341,10 +349,19 @@ def build_record(argv: list[str], options: Options, loaded: Loaded, text: Text, 
         draft, runner_draft = loaded.draft, engine.runner.draft
         record.draft_model = model_info(draft.path, draft.config.architecture, draft.num_parameters,
                                         dtype_name(draft.dtype))
+        record.draft_model["weights"] = draft.weights
         record.set_cache("draft", runner_draft.cache.kv_capacity, runner_draft.free_kv_slots(),
                          runner_draft.cache.state_capacity, runner_draft.free_state_slots())
     record.timings["load_s"], record.timings["run_s"] = loaded.load_s, run_s
+    record.execution = execution_info(engine)
     return record
+
+
+def execution_info(engine: Engine) -> dict:
+    """How the rounds ran: on captured graphs (static buffers, on a CPU) or eagerly, and how many of each."""
+    graphs = engine.runner.graphs
+    return {"graphs": graphs is not None, "captured": graphs is not None and graphs.capture,
+            "rounds": dict(engine.runner.rounds_by_mode)}
 
 
 def run(argv: list[str]) -> int:
@@ -366,12 +383,13 @@ def run(argv: list[str]) -> int:
     token_ids = [encode_prompt(prompt, text, options) for prompt in options.prompts]
     loaded = load_weights(options, text)
     from mini_deepinfer.core.trace import Trace
-    from mini_deepinfer.runtime.factory import build_engine
+    from mini_deepinfer.runtime.factory import build_engine, use_graphs
 
     out = Printer(options, text, rids)
+    graphs = use_graphs(loaded.device, options.graphs) and not options.speculative
     with in_flag_terms(FLAGS):
         engine = build_engine(loaded.target.model, config, draft=loaded.draft.model if loaded.draft else None,
-                              trace=Trace(listener=out.event))
+                              trace=Trace(listener=out.event), graphs=graphs)
     requests = [engine.new_request(rid, ids, p) for rid, ids, p in zip(rids, token_ids, params)]
     start = time.perf_counter()
     drive(engine, requests, options, out)

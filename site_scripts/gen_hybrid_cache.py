@@ -112,8 +112,8 @@ def run(model: torch.nn.Module, ids: list[int], chunks: Sequence[int], reset: se
     for index, size in enumerate(chunks):
         piece = ids[start : start + size]
         batch = ForwardBatch.from_sequences([piece], [start], [slots], [0], all_logits=True)
-        if index in reset:
-            batch.fresh_state = [True]  # the mistake this row shows: forget the state between chunks
+        if index in reset:  # the mistake this row shows: forget the state between chunks
+            cache.reset_states(torch.tensor([0]))
         logits.append(model(batch, cache))
         start += size
     return torch.cat(logits), cache

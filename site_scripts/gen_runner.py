@@ -23,7 +23,7 @@ from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.models import ForwardBatch, build_model
 from mini_deepinfer.models.presets import qwen3_5_config
 from mini_deepinfer.runtime.factory import new_cache
-from mini_deepinfer.runtime.model_runner import ModelRunner
+from mini_deepinfer.runtime.model_runner import ModelRunner, Prepared
 from site_scripts.common import run_module
 
 CONFIG = qwen3_5_config("tiny", vocab_size=1000, tie_word_embeddings=True)
@@ -40,10 +40,10 @@ class RecordingRunner(ModelRunner):
 
     rounds: list[tuple[RoundPlan, ForwardBatch]] = field(default_factory=list)
 
-    def prepare(self, plan: RoundPlan) -> ForwardBatch:
-        batch = super().prepare(plan)
-        self.rounds.append((plan, batch))
-        return batch
+    def prepare(self, plan: RoundPlan) -> Prepared:
+        prepared = super().prepare(plan)
+        self.rounds.append((plan, prepared.batch))
+        return prepared
 
 
 def ints(values: Sequence[int] | torch.Tensor) -> str:
@@ -60,17 +60,24 @@ def plan_line(seq: SeqPlan) -> str:
 
 
 def batch_lines(plan: RoundPlan, batch: ForwardBatch) -> list[str]:
-    kv = " | ".join(f"{s.request_id} {ints(t)}" for s, t in zip(plan.seqs, batch.kv_slots))
+    layout = batch.layout
+    ids = [s.request_id for s in plan.seqs]
+    kv = " | ".join(f"{ids[b]} {ints(batch.kv_slots[b])}" for b in layout.prefill_seqs) or "-"
+    group = ", ".join(ids[b] for b in layout.decode_seqs) or "-"
+    index = layout.decode_kv_index if layout.decode_kv_index is not None else []
+    keys = " | ".join(f"{ids[b]} {ints(row)}" for b, row in zip(layout.decode_seqs, index))
     rows = [
         ("input_ids", ints(batch.input_ids)),
         ("positions", ints(batch.positions)),
         ("query_lens", ints(batch.query_lens)),
         ("context_lens", ints(batch.context_lens)),
         ("slot_mapping", ints(batch.slot_mapping)),
-        ("kv_slots", kv),
         ("state_slots", ints(batch.state_slots)),
-        ("fresh_state", "[" + ", ".join(map(str, batch.fresh_state)) + "]"),
+        ("fresh_slots", ints(batch.fresh_slots)),
         ("logits_indices", ints(batch.logits_indices)),
+        ("decode group", f"{group} (one token each: batched attention and recurrent step)"),
+        ("decode keys", (keys or "-") + ("  (padded, masked)" if layout.decode_kv_mask is not None else "")),
+        ("other kv_slots", kv),
     ]
     return [f"  {name:<15}{value}" for name, value in rows]
 

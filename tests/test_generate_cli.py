@@ -166,3 +166,25 @@ def test_a_config_field_of_the_wrong_type_is_one_line_and_exit_2(tiny_checkpoint
     code, out, err = generate(capsys, *base_args(broken, "--prompt", "a", "--raw"))
     assert (code, out) == (2, "")
     assert err == f"error: {broken / 'config.json'}: hidden_size must be an integer, got 'abc'\n"
+
+
+def test_the_record_says_whether_rounds_ran_on_graphs_and_the_tokens_do_not_change(tiny_checkpoint, capsys,
+                                                                                    tmp_path):
+    outputs = {}
+    for flag in ("--eager", "--graphs"):
+        out_file = tmp_path / f"{flag}.json"
+        args = base_args(tiny_checkpoint, "--prompt", "a", "--prompt", "bc", "--raw", "--pipeline", flag,
+                         "--output", str(out_file))
+        code, _, err = generate(capsys, *args)
+        assert code == 0, err
+        record = json.loads(out_file.read_text(encoding="utf-8"))
+        outputs[flag] = [r["output_token_ids"] for r in record["requests"]]
+        execution = record["execution"]
+        assert execution["graphs"] is (flag == "--graphs") and execution["captured"] is False  # a CPU
+        assert (execution["rounds"]["graph"] > 0) is (flag == "--graphs")
+    assert outputs["--graphs"] == outputs["--eager"]
+
+
+def test_graphs_and_eager_together_are_refused(capsys):
+    code, out, err = generate(capsys, "--model", "x", "--prompt", "a", "--graphs", "--eager")
+    assert (code, out) == (2, "") and err == "error: argument --eager: not allowed with argument --graphs\n"

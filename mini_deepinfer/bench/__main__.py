@@ -44,6 +44,7 @@ met are None when the run did not measure it).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -57,6 +58,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from mini_deepinfer.bench.common import add_execution_options, execution_choice
 from mini_deepinfer.tools.cli import OneLineParser, UsageError, positive_ints, run_command
 
 SCHEMA_VERSION = 2
@@ -99,6 +101,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
     p.add_argument("--bandwidth-mib", type=int, default=BANDWIDTH_MIB, help="size of the bandwidth buffer")
     p.add_argument("--output", type=Path, help="write the results as JSON here")
+    add_execution_options(p)
     p.add_argument("--side", choices=["ours", "transformers"], help=argparse.SUPPRESS)
     p.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -110,6 +113,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     # checked here, in the parent, so that a bad value is one line before any work starts
     args.torch_device, args.torch_dtype = resolve_device(args.device), resolve_dtype(args.dtype)
+    from mini_deepinfer.runtime.factory import use_graphs
+
+    args.use_graphs = use_graphs(args.torch_device, execution_choice(args))
     return args
 
 
@@ -193,8 +199,13 @@ def read_bandwidth_runs(repeats: int, mib: int, device=None) -> list[float]:
     return rates
 
 
+RUNNERS: dict[tuple, Any] = {}
+"""Runners kept between runs of one shape, with their caches and captured graphs (as a server keeps them)."""
+
+
 # --8<-- [start:ours]
-def time_engine(model, prompt_ids: list[list[int]], new_tokens: int) -> tuple[float, list[list[int]]]:
+def time_engine(model, prompt_ids: list[list[int]], new_tokens: int,
+                graphs: bool = False) -> tuple[float, list[list[int]]]:
     """Wall time of one engine run (all prompts together, greedy, fixed length) and its tokens."""
     from mini_deepinfer.core.engine import EngineConfig
     from mini_deepinfer.core.request import SamplingParams
@@ -204,7 +215,9 @@ def time_engine(model, prompt_ids: list[list[int]], new_tokens: int) -> tuple[fl
     capacity = sum(len(p) + new_tokens for p in prompt_ids)
     config = EngineConfig(kv_capacity=capacity, max_num_seqs=len(prompt_ids),
                           max_batched_tokens=max(sum(map(len, prompt_ids)), len(prompt_ids)))
-    engine = build_engine(model, config)
+    key = (capacity, len(prompt_ids), graphs)  # the warm-up run captures; timed runs only replay
+    engine = build_engine(model, config, graphs=graphs, runner=RUNNERS.get(key))
+    RUNNERS[key] = engine.runner
     for i, ids in enumerate(prompt_ids):
         engine.submit(f"r{i}", ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
     synchronize(engine.runner.device)
@@ -236,7 +249,8 @@ def time_transformers(model, prompt_ids: list[list[int]], new_tokens: int) -> tu
 # --8<-- [end:transformers]
 
 
-def load_side(side: str, checkpoint: Path, device=None, dtype=None) -> tuple[Any, Callable]:
+def load_side(side: str, checkpoint: Path, device=None, dtype=None,
+              graphs: bool = False) -> tuple[Any, Callable]:
     """One side's model on ``device`` in ``dtype`` (default: cpu, float32) and its timed run."""
     import torch
 
@@ -244,7 +258,7 @@ def load_side(side: str, checkpoint: Path, device=None, dtype=None) -> tuple[Any
     if side == "ours":
         from mini_deepinfer.models.loader import load_checkpoint
 
-        return load_checkpoint(checkpoint, dtype, device).model, time_engine
+        return load_checkpoint(checkpoint, dtype, device).model, functools.partial(time_engine, graphs=graphs)
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype).to(device).eval()
@@ -283,7 +297,7 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     before, rss_before = load_average(), current_rss_bytes()
     start = time.perf_counter()
-    model, timed = load_side(args.side, args.checkpoint, args.torch_device, args.torch_dtype)
+    model, timed = load_side(args.side, args.checkpoint, args.torch_device, args.torch_dtype, args.use_graphs)
     result: dict[str, Any] = {"load_s": time.perf_counter() - start, "threads": torch.get_num_threads(),
                               "prefill": {}, "decode": {}, "tokens": {"prefill": {}, "decode": {}},
                               "rss_before_load_bytes": rss_before,
@@ -391,7 +405,7 @@ def run_side(side: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
             "--repeats", "1", "--prefill", ",".join(map(str, args.prefill)),
             "--batches", ",".join(map(str, args.batches)), "--prompt-len", str(args.prompt_len),
             "--new-tokens", str(args.new_tokens), "--threads", str(args.threads), "--device", args.device,
-            "--dtype", args.dtype]
+            "--dtype", args.dtype, "--graphs" if args.use_graphs else "--eager"]
     # on a terminal the side's stderr (its progress bar, any error) goes straight to it
     stderr = None if sys.stderr.isatty() else subprocess.PIPE
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
@@ -532,7 +546,7 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
 
     from mini_deepinfer.runtime.device import device_info
     from mini_deepinfer.tools.checkpoints import write_random_checkpoint
-    from mini_deepinfer.tools.records import source_sha, utc_now_iso
+    from mini_deepinfer.tools.records import package_source_sha, utc_now_iso
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -540,10 +554,11 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     report: dict[str, Any] = {
         "schema": SCHEMA_VERSION, "benchmark": "transformers",
         "command": ["python", "-m", "mini_deepinfer.bench", *argv], "date": utc_now_iso(),
-        "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
+        "source_sha": package_source_sha(),
         "device": device_info(args.torch_device), "dtype": args.dtype, "torch": torch.__version__,
         "transformers": transformers.__version__,
         "config": {"preset": args.preset, "weights": "random (seed 0)", "repeats": args.repeats,
+                   "execution": {"graphs": args.use_graphs},
                    "warmup_runs": 1, "rounds": "one process per side and round, order alternating",
                    "prefill_lens": args.prefill, "batches": args.batches,
                    "decode_prompt_lens": {str(b): prompt_lengths(b, args.prompt_len) for b in args.batches},

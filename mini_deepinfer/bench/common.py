@@ -19,10 +19,10 @@ import torch
 from mini_deepinfer.models.presets import QWEN3_5_SHAPES
 from mini_deepinfer.runtime.device import device_info, dtype_name
 from mini_deepinfer.tools.cli import UsageError
-from mini_deepinfer.tools.records import check_output_path, source_sha, utc_now_iso
+from mini_deepinfer.tools.records import check_output_path, package_source_sha, utc_now_iso
 
-IN_CODE_PRESETS = ("tiny", "small")
-"""The ``models.presets`` shapes the in-process benchmarks build (small vocabularies, random weights)."""
+IN_CODE_PRESETS = ("tiny", "small", "qwen3.5-0.8b")
+"""The ``models.presets`` shapes the in-process benchmarks build in code, with random weights."""
 
 
 def add_common_options(parser: argparse.ArgumentParser, repeats: int, repeats_help: str) -> None:
@@ -36,6 +36,18 @@ def add_common_options(parser: argparse.ArgumentParser, repeats: int, repeats_he
     p.add_argument("--new-tokens", type=int, default=64, help="tokens each request generates (default 64)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--output", type=Path, help="write the results as JSON to this file")
+
+
+def add_execution_options(parser: argparse.ArgumentParser) -> None:
+    """``--graphs`` / ``--eager``: decode rounds on captured graphs, or never (neither: device default)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--graphs", action="store_true", help="run greedy decode rounds as captured graphs")
+    group.add_argument("--eager", action="store_true", help="never run rounds as graphs")
+
+
+def execution_choice(args: argparse.Namespace) -> bool | None:
+    """True for ``--graphs``, False for ``--eager``, None when neither was given."""
+    return True if args.graphs else False if args.eager else None
 
 
 def check_common_options(args: argparse.Namespace, counts: dict[str, int | None]) -> None:
@@ -57,7 +69,7 @@ def provenance(benchmark: str, argv: list[str], device: torch.device, dtype: tor
     return {
         "schema": 1, "benchmark": benchmark,
         "command": ["python", "-m", f"mini_deepinfer.bench.{benchmark}", *argv], "date": utc_now_iso(),
-        "source_sha": source_sha(Path(__file__).resolve().parent.parent, ["mini_deepinfer"]),
+        "source_sha": package_source_sha(),
         "device": device_info(device), "dtype": dtype_name(dtype), "torch": torch.__version__,
     }
 

@@ -30,7 +30,9 @@ import torch
 
 from mini_deepinfer.bench.common import (
     add_common_options,
+    add_execution_options,
     check_common_options,
+    execution_choice,
     load_suffix,
     model_description,
     provenance,
@@ -45,7 +47,7 @@ from mini_deepinfer.models import build_model
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.models.presets import qwen3_5_config
 from mini_deepinfer.runtime.device import device_module, resolve_device, resolve_dtype, synchronize
-from mini_deepinfer.runtime.factory import build_engine
+from mini_deepinfer.runtime.factory import build_engine, use_graphs
 from mini_deepinfer.runtime.model_runner import ModelRunner, RunnerLaunch
 from mini_deepinfer.tools.cli import OneLineParser, run_command
 from mini_deepinfer.tools.records import write_record
@@ -109,6 +111,17 @@ class TimedRunner:
     launch_s: float = 0.0
     read_wait_s: float = 0.0
     events: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # round id -> (start, end)
+    origin_s: float = 0.0  # host clock at the run's start (time.perf_counter)
+    origin_event: Any = None  # a device event recorded at the run's start, on an idle device
+    spans: dict[str, tuple[float, float] | None] = field(default_factory=dict)  # the step's launch, read
+
+    def start_clock(self) -> None:
+        """Time zero of the run's timeline: on the host, and on the device (recorded while it is idle)."""
+        module = device_module(self.inner.device)
+        self.origin_s = time.perf_counter()
+        self.origin_event = module.Event(enable_timing=True) if module else None
+        if self.origin_event is not None:
+            self.origin_event.record()
 
     def launch(self, plan: RoundPlan) -> RunnerLaunch:
         module = device_module(self.inner.device)
@@ -120,13 +133,17 @@ class TimedRunner:
         if pair is not None:
             pair[1].record()
             self.events[plan.round_id] = pair
-        self.launch_s += time.perf_counter() - start
+        end = time.perf_counter()
+        self.launch_s += end - start
+        self.spans["launch"] = (start - self.origin_s, end - self.origin_s)
         return handle
 
     def read(self, handle: RunnerLaunch) -> RoundResult:
         start = time.perf_counter()
         result = self.inner.read(handle)
-        self.read_wait_s += time.perf_counter() - start
+        end = time.perf_counter()
+        self.read_wait_s += end - start
+        self.spans["read"] = (start - self.origin_s, end - self.origin_s)
         return result
 
     def rewind(self, request_id: str, length: int) -> None:
@@ -138,6 +155,14 @@ class TimedRunner:
     def device_ms(self) -> dict[int, float]:
         """Device time of each launched round in ms (call once the device has finished)."""
         return {round_id: start.elapsed_time(end) for round_id, (start, end) in self.events.items()}
+
+    def device_spans_ms(self) -> dict[int, tuple[float, float]]:
+        """Each launched round's device span on the run's timeline, ms after the origin event."""
+        if self.origin_event is None:
+            return {}
+        zero = self.origin_event
+        return {r: (zero.elapsed_time(start), zero.elapsed_time(end))
+                for r, (start, end) in self.events.items()}
 # --8<-- [end:timed_runner]
 
 
@@ -152,6 +177,8 @@ class RoundTiming:
     launch_s: float
     read_wait_s: float
     device_ms: float | None = None
+    spans: dict[str, tuple[float, float] | None] = field(default_factory=dict)  # s on the run's host timeline
+    device_span_ms: tuple[float, float] | None = None  # the round it launched, on the device timeline
 
     @property
     def host_s(self) -> float:
@@ -177,6 +204,7 @@ class RunResult:
     finish_s: dict[str, float]
     outputs: dict[str, list[int]]
     slots_returned: bool
+    runner: TimedRunner | None = None  # reused by the next run
 
 
 # --8<-- [start:timed_step]
@@ -184,34 +212,45 @@ def timed_step(engine: BatchEngine, runner: TimedRunner) -> RoundTiming:
     """Run one round and split its wall time into launch, read wait and the engine's own work."""
     first_event = len(engine.trace.events)
     runner.launch_s = runner.read_wait_s = 0.0
+    runner.spans = {"launch": None, "read": None}
     start = time.perf_counter()
     engine.step()
     step_s = time.perf_counter() - start
+    runner.spans["step"] = (start - runner.origin_s, start - runner.origin_s + step_s)
     events = engine.trace.events[first_event:]
     phases = {e.data["phase"] for e in events if e.kind == "schedule"}
     launched = "none" if not phases else phases.pop() if len(phases) == 1 else "mixed"
     read = any(e.kind == "read" for e in events)
-    return RoundTiming(engine.round_id, launched, read, step_s, runner.launch_s, runner.read_wait_s)
+    return RoundTiming(engine.round_id, launched, read, step_s, runner.launch_s, runner.read_wait_s,
+                       spans=dict(runner.spans))
 # --8<-- [end:timed_step]
 
 
-def make_engine(model: CausalLM, workload: Workload, pipeline: bool) -> tuple[BatchEngine, TimedRunner]:
-    """A batch engine whose budget fits every prompt in round 1, so all requests decode together."""
+def make_engine(model: CausalLM, workload: Workload, pipeline: bool, graphs: bool,
+                runner: TimedRunner | None = None) -> tuple[BatchEngine, TimedRunner]:
+    """A batch engine whose budget fits every prompt in round 1, so all requests decode together.
+
+    Runs after the first reuse its runner: its cache, and the graphs it captured in the warm-up run, as a
+    server keeps them; no measured round captures a graph.
+    """
     n = workload.num_requests
     config = EngineConfig(kv_capacity=workload.kv_capacity, max_num_seqs=n,
                           max_batched_tokens=sum(workload.prompt_lens), pipeline=pipeline)
-    engine = build_engine(model, config)
-    engine.runner = runner = TimedRunner(engine.runner)  # the same runner, with clocks around its calls
+    engine = build_engine(model, config, graphs=graphs, runner=runner.inner if runner else None)
+    engine.runner = runner = runner or TimedRunner(engine.runner)  # the same runner, clocks around its calls
+    runner.events.clear()
     return engine, runner
 
 
-def run_once(model: CausalLM, workload: Workload, prompts: dict[str, list[int]], mode: str) -> RunResult:
+def run_once(model: CausalLM, workload: Workload, prompts: dict[str, list[int]], mode: str,
+             runner: TimedRunner | None, graphs: bool) -> RunResult:
     """Submit every request, step until all are finished and read, and time it."""
-    engine, runner = make_engine(model, workload, MODES[mode])
+    engine, runner = make_engine(model, workload, MODES[mode], graphs, runner)
     device = runner.inner.device
     params = SamplingParams(max_new_tokens=workload.new_tokens, ignore_eos=True)
     gc.collect()
     synchronize(device)
+    runner.start_clock()
     start = time.perf_counter()
     for request_id, prompt in prompts.items():
         engine.submit(request_id, prompt, params)
@@ -220,13 +259,15 @@ def run_once(model: CausalLM, workload: Workload, prompts: dict[str, list[int]],
         rounds.append(timed_step(engine, runner))
     synchronize(device)
     wall_s = time.perf_counter() - start
-    device_ms = runner.device_ms()
+    device_ms, device_spans = runner.device_ms(), runner.device_spans_ms()
     for timing in rounds:
         timing.device_ms = device_ms.get(timing.round_id)
-    return _result(engine, mode, wall_s, rounds)
+        timing.device_span_ms = device_spans.get(timing.round_id)
+    return _result(engine, mode, wall_s, rounds, runner)
 
 
-def _result(engine: BatchEngine, mode: str, wall_s: float, rounds: list[RoundTiming]) -> RunResult:
+def _result(engine: BatchEngine, mode: str, wall_s: float, rounds: list[RoundTiming],
+            runner: TimedRunner) -> RunResult:
     requests = engine.requests.values()
     kv, state = engine.kv_pool, engine.state_pool
     return RunResult(
@@ -236,20 +277,23 @@ def _result(engine: BatchEngine, mode: str, wall_s: float, rounds: list[RoundTim
         finish_s={r.request_id: r.finished_at - r.submitted_at for r in requests},
         outputs={r.request_id: list(r.output_token_ids) for r in requests},
         slots_returned=kv.num_free == kv.capacity and state.num_free == state.capacity,
+        runner=runner,
     )
 
 
-def run_all(model: CausalLM, workload: Workload, repeats: int) -> dict[str, list[RunResult]]:
-    """Warm up, then run both modes ``repeats`` times, alternating which goes first."""
+def run_all(model: CausalLM, workload: Workload, repeats: int,
+            graphs: bool = False) -> dict[str, list[RunResult]]:
+    """Warm up, then run both modes ``repeats`` times, alternating which goes first (one runner for all)."""
     prompts = workload.prompts(model.config.vocab_size)
+    runner = None
     for mode in MODES:
         for _ in range(WARMUP_RUNS):
-            run_once(model, workload, prompts, mode)
+            runner = run_once(model, workload, prompts, mode, runner, graphs).runner
     runs: dict[str, list[RunResult]] = {mode: [] for mode in MODES}
     for i in range(repeats):
         order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
         for mode in order:
-            runs[mode].append(run_once(model, workload, prompts, mode))
+            runs[mode].append(run_once(model, workload, prompts, mode, runner, graphs))
     return runs
 
 
@@ -298,9 +342,15 @@ def _ms_rows(run: RunResult) -> list[dict[str, Any]]:
     def ms(seconds: float) -> float:
         return round(1e3 * seconds, 4)
 
+    def span(pair: tuple[float, float] | None, scale: float = 1e3) -> list[float] | None:
+        return None if pair is None else [round(scale * pair[0], 4), round(scale * pair[1], 4)]
+
     return [{"round": r.round_id, "launched": r.launched, "read": r.read, "step_ms": ms(r.step_s),
              "launch_ms": ms(r.launch_s), "read_wait_ms": ms(r.read_wait_s), "host_ms": ms(r.host_s),
-             "device_ms": None if r.device_ms is None else round(r.device_ms, 4)} for r in run.rounds]
+             "device_ms": None if r.device_ms is None else round(r.device_ms, 4),
+             "timeline_ms": {"step": span(r.spans.get("step")), "launch": span(r.spans.get("launch")),
+                             "read": span(r.spans.get("read")), "device": span(r.device_span_ms, 1.0)}}
+            for r in run.rounds]
 
 
 def mode_results(runs: list[RunResult]) -> dict[str, Any]:
@@ -341,6 +391,7 @@ class Settings:
     repeats: int
     workload: Workload
     output: Path | None
+    graphs: bool = False
 
 
 def build_report(argv: list[str], settings: Settings, model: CausalLM,
@@ -355,6 +406,9 @@ def build_report(argv: list[str], settings: Settings, model: CausalLM,
         "max_num_seqs": workload.num_requests, "max_batched_tokens": sum(workload.prompt_lens),
         "kv_capacity": workload.kv_capacity, "repeats": settings.repeats, "warmup_runs": WARMUP_RUNS,
         "cpu_threads": torch.get_num_threads(),
+        # one runner serves every run: its counts cover the warm-up and every repetition of both modes
+        "execution": {"graphs": settings.graphs, "rounds":
+        dict(runs["synchronous"][-1].runner.inner.rounds_by_mode)},
     }
     return {
         **provenance("rounds", argv, settings.device, settings.dtype), "config": config,
@@ -424,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
                       description="Time rounds of a random Qwen3.5, synchronous vs cross-round.")
     add_common_options(p, repeats=9, repeats_help="measured runs per mode")
     p.add_argument("--requests", type=int, default=4, help="requests in the batch (default 4)")
+    add_execution_options(p)
     return p
 
 
@@ -432,15 +487,16 @@ def resolve_settings(argv: list[str]) -> Settings:
     a = build_parser().parse_args(argv)
     check_common_options(a, {"--repeats": a.repeats, "--requests": a.requests, "--new-tokens": a.new_tokens,
                              "--threads": a.threads})
-    return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, a.repeats,
-                    Workload(a.requests, a.new_tokens), a.output)
+    device = resolve_device(a.device)
+    return Settings(device, resolve_dtype(a.dtype), a.preset, a.repeats, Workload(a.requests, a.new_tokens),
+                    a.output, use_graphs(device, execution_choice(a)))
 
 
 def run_benchmark(settings: Settings, argv: list[str]) -> dict[str, Any]:
     """Build the model, run both modes and return the JSON document."""
     model = build_random_model(settings.preset, settings.dtype, settings.device, settings.workload.seed)
     load_before = os.getloadavg()
-    runs = run_all(model, settings.workload, settings.repeats)
+    runs = run_all(model, settings.workload, settings.repeats, settings.graphs)
     report = build_report(argv, settings, model, runs)
     # other processes on the machine slow a CPU run down; the 1-minute load average tells a reader
     report["device"]["load_average_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}

@@ -37,6 +37,8 @@ class HybridCache:
         state_capacity: Number of state slots (sequences whose linear-attention state is kept).
         dtype: Model dtype for keys, values and convolution windows.
         device: Where the tensors live.
+        dummy_slots: add one more KV slot and one more state slot that no request ever holds
+            (``dummy_kv_slot``, ``dummy_state_slot``): the padding rows of captured decode graphs write there.
     """
 
     # --8<-- [start:tensors]
@@ -47,6 +49,7 @@ class HybridCache:
         state_capacity: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        dummy_slots: bool = False,
     ) -> None:
         if kv_capacity < 1 or state_capacity < 0:
             raise ValueError(f"invalid cache capacity: kv {kv_capacity}, state {state_capacity}")
@@ -54,7 +57,10 @@ class HybridCache:
         self.state_capacity = state_capacity
         self.dtype = dtype
         self.device = torch.device(device)
-        kv_shape = (kv_capacity, config.num_key_value_heads, config.head_dim)
+        self.dummy_kv_slot = kv_capacity if dummy_slots else None
+        self.dummy_state_slot = state_capacity if dummy_slots else None
+        kv_rows, state_rows = kv_capacity + dummy_slots, state_capacity + dummy_slots
+        kv_shape = (kv_rows, config.num_key_value_heads, config.head_dim)
         self.key_cache: dict[int, torch.Tensor] = {}
         self.value_cache: dict[int, torch.Tensor] = {}
         for i in config.full_attention_layers:
@@ -63,9 +69,9 @@ class HybridCache:
         self.conv_state: dict[int, torch.Tensor] = {}
         self.recurrent_state: dict[int, torch.Tensor] = {}
         for i in config.linear_attention_layers:
-            conv_shape = (state_capacity, config.linear_conv_dim, config.linear_conv_kernel_dim - 1)
+            conv_shape = (state_rows, config.linear_conv_dim, config.linear_conv_kernel_dim - 1)
             rec_shape = (
-                state_capacity,
+                state_rows,
                 config.linear_num_value_heads,
                 config.linear_key_head_dim,
                 config.linear_value_head_dim,

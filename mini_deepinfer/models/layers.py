@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.config import ModelConfig
@@ -132,6 +133,22 @@ class SwiGLUMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x), inplace=True).mul_(self.up_proj(x)))
 
 
+# --8<-- [start:attention]
+CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""On CUDA, PyTorch may pick cuDNN for ``scaled_dot_product_attention``, which plans anew for every new key
+length (decode grows it every step) and spends milliseconds of host time per call doing so. These backends
+need no planning."""
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> torch.Tensor:
+    """``F.scaled_dot_product_attention``, without the cuDNN backend on CUDA."""
+    if not q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, **options)
+    with sdpa_kernel(CUDA_ATTENTION_BACKENDS):
+        return F.scaled_dot_product_attention(q, k, v, **options)
+# --8<-- [end:attention]
+
+
 def paged_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -185,7 +202,7 @@ def _decode_attention(
     keys = key_cache[layout.decode_kv_index].transpose(1, 2)  # [B, Hkv, L, D]
     values = value_cache[layout.decode_kv_index].transpose(1, 2)
     grouped = q.view(batch_size, keys.shape[1], num_heads // keys.shape[1], head_dim)
-    out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=layout.decode_kv_mask, scale=scale)
+    out = attention(grouped, keys, values, attn_mask=layout.decode_kv_mask, scale=scale)
     return out.reshape(batch_size, num_heads, head_dim)
 
 
@@ -201,7 +218,7 @@ def _prefill_attention(
         mask = key_pos[None, :] <= query_pos[:, None]
     # A leading batch dim of 1: PyTorch's fused (flash) CPU kernel takes only 4-D inputs; 3-D ones fall back
     # to the unfused path, which materialises every [Lq, Lc] score matrix.
-    out = F.scaled_dot_product_attention(
+    out = attention(
         q.transpose(0, 1)[None],
         keys.transpose(0, 1)[None],
         values.transpose(0, 1)[None],
@@ -255,13 +272,15 @@ class CausalLM(nn.Module):
         return self.lm_head(self.model.norm(hidden))
 
     def prepare(self, batch: ForwardBatch, cache: HybridCache) -> ForwardContext:
-        """Zero the state slots of fresh sequences and compute what all layers share."""
-        if cache.conv_state and any(batch.fresh_state):
-            fresh = torch.tensor(batch.fresh_state, device=batch.state_slots.device)
-            cache.reset_states(batch.state_slots[fresh])
+        """Zero the state slots of fresh sequences and compute what all layers share.
+
+        How many slots are fresh is a host integer (``layout.fresh_count``): no device value is read here.
+        """
+        if cache.conv_state and batch.layout.fresh_count:
+            cache.reset_states(batch.fresh_slots)
         dtype = self.model.embed_tokens.weight.dtype
         cos, sin = self.rotary.cos_sin(batch.positions, dtype)
-        return ForwardContext(batch, cache, RoundLayout.build(batch), cos, sin)
+        return ForwardContext(batch, cache, batch.layout, cos, sin)
     # --8<-- [end:forward]
 
     @torch.no_grad()

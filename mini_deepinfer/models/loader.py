@@ -92,6 +92,7 @@ class LoadedModel:
     path: Path
     dtype: torch.dtype
     num_parameters: int
+    weights: str = "read from the checkpoint; not written by mini_deepinfer.random_checkpoint"
 
 
 def checkpoint_folder(path: str | Path) -> Path:
@@ -119,6 +120,23 @@ def read_config_dict(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise MissingConfigError(f"no {CONFIG_FILE} in checkpoint folder {folder}")
     return read_json(path)
+
+
+RANDOM_WEIGHTS_KEY = "mini_deepinfer_random_weights"
+"""The ``config.json`` entry that this package's checkpoint writers add, saying how the weights were made."""
+
+
+def describe_weights(config: dict[str, Any]) -> str:
+    """What run records say of a checkpoint's weights: random (and how), when one of our writers made them."""
+    made = config.get(RANDOM_WEIGHTS_KEY)
+    if not isinstance(made, dict):
+        return LoadedModel.weights
+    preset, seed = made.get("preset"), made.get("seed")
+    text = f"random weights from mini_deepinfer.random_checkpoint (preset {preset}, seed {seed})"
+    noise = made.get("perturbed")
+    if isinstance(noise, dict):
+        text += f", plus noise {noise.get('noise')} x each matrix's std (seed {noise.get('seed')})"
+    return text
 
 
 def read_model_config(folder: Path) -> ModelConfig:
@@ -294,6 +312,7 @@ def load_checkpoint(
     """
     folder = checkpoint_folder(path)
     config = read_model_config(folder)
+    weights = describe_weights(read_config_dict(folder))
     sources = index_tensors(find_weight_files(folder))
     # Shapes are checked on a model built on the meta device, which allocates nothing, so a mismatch is
     # reported before any memory is used. ``build_model`` without a seed then allocates the parameters
@@ -304,5 +323,6 @@ def load_checkpoint(
     expected = expected_tensors(model)
     copy_weights(expected, sources)
     count = sum(t.numel() for t in expected.values())
-    return LoadedModel(model=model, config=config, path=folder, dtype=dtype, num_parameters=count)
+    return LoadedModel(model=model, config=config, path=folder, dtype=dtype, num_parameters=count,
+                       weights=weights)
 # --8<-- [end:load_checkpoint]

@@ -318,7 +318,7 @@ class GatedDeltaNet(nn.Module):
             y, new = causal_conv_with_window(mixed[None, start : start + n], old, self.conv1d.weight)
             if b in layout.captured:
                 after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
-                ctx.cache.record_states("conv", self.layer_idx, int(slot), after)
+                ctx.cache.record_states("conv", self.layer_idx, layout.state_slot_ids[b], after)
             windows.index_copy_(0, slot, new)
             out[start : start + n] = y[0]
         return out
@@ -367,7 +367,7 @@ class GatedDeltaNet(nn.Module):
             heads_first = [t[rows].transpose(0, 1)[None] for t in (q, k, v, g, beta)]
             if b in layout.captured:
                 o, after = recurrent_delta_states(*heads_first, states.index_select(0, slot))
-                ctx.cache.record_states("recurrent", self.layer_idx, int(slot), after[:, 0])
+                ctx.cache.record_states("recurrent", self.layer_idx, layout.state_slot_ids[b], after[:, 0])
                 new = after[-1]
             else:
                 o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from mini_deepinfer.core.batch import BatchEngine
 from mini_deepinfer.core.engine import Engine, EngineConfig
 from mini_deepinfer.core.trace import Trace
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
+from mini_deepinfer.runtime.graphs import DecodeGraphs
 from mini_deepinfer.runtime.model_runner import ModelRunner
 from mini_deepinfer.runtime.speculative.draft import ModelDraft, check_same_vocabulary
 from mini_deepinfer.runtime.speculative.runner import SpeculativeRunner
@@ -23,10 +26,22 @@ from mini_deepinfer.runtime.speculative.runner import SpeculativeRunner
 __all__ = ["build_engine", "check_draft", "new_cache"]
 
 
-def new_cache(model: CausalLM, kv_capacity: int, state_capacity: int) -> HybridCache:
-    """A cache for ``model`` on its device and in its dtype."""
+GRAPHS_BY_DEFAULT: frozenset[str] = frozenset()
+"""Device types on which decode rounds run as captured graphs unless ``--eager`` is given. Empty until the
+graph path has been measured on such a device (``python -m mini_deepinfer.bench.gpu``): until then
+``--graphs`` asks for it, so that a reader with a GPU never gets an untried path by default."""
+
+
+def new_cache(model: CausalLM, kv_capacity: int, state_capacity: int,
+              dummy_slots: bool = False) -> HybridCache:
+    """A cache for ``model`` on its device and in its dtype (with the dummy slots that graphs need)."""
     weight = model.lm_head.weight
-    return HybridCache(model.config, kv_capacity, state_capacity, weight.dtype, weight.device)
+    return HybridCache(model.config, kv_capacity, state_capacity, weight.dtype, weight.device, dummy_slots)
+
+
+def use_graphs(device: torch.device, asked: bool | None) -> bool:
+    """``--graphs`` (True), ``--eager`` (False), or neither (None): the device's default."""
+    return asked if asked is not None else device.type in GRAPHS_BY_DEFAULT
 
 
 def check_draft(config: EngineConfig, has_draft: bool) -> None:
@@ -38,7 +53,8 @@ def check_draft(config: EngineConfig, has_draft: bool) -> None:
 
 # --8<-- [start:build_engine]
 def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | None = None,
-                 batching: bool = True, trace: Trace | None = None, keep_logits: bool = False) -> Engine:
+                 batching: bool = True, trace: Trace | None = None, keep_logits: bool = False,
+                 graphs: bool = False, runner: ModelRunner | None = None) -> Engine:
     """Build the engine that runs ``model``: its cache, its runner (with the draft's, if any), the engine.
 
     Args:
@@ -49,13 +65,24 @@ def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | Non
         batching: a ``BatchEngine`` (budget, chunking, many requests) rather than one request at a time.
         trace: where the engine's trace events go.
         keep_logits: the runner also hands back each sampled row's logits (tests compare them).
+        graphs: run plain greedy decode rounds on static buffers, captured as graphs on an accelerator
+            (``runtime.graphs``); a speculative runner always runs eagerly.
+        runner: reuse the runner of an earlier engine whose requests have all finished (its cache, and the
+            graphs it has captured, as a server keeps them from one batch of requests to the next).
     """
     check_draft(config, draft is not None)
     if config.state_capacity is None:
         config = replace(config, state_capacity=config.max_num_seqs if batching else 1)
-    cache = new_cache(model, config.kv_capacity, config.state_capacity)
+    if runner is not None:
+        held = (runner.cache.kv_capacity, runner.cache.state_capacity)
+        if held != (config.kv_capacity, config.state_capacity):
+            raise ValueError(f"the runner's cache holds {held} KV and state slots, the config asks for "
+                             f"{(config.kv_capacity, config.state_capacity)}")
+        return (BatchEngine if batching else Engine)(runner, config, trace)
+    graphs = graphs and draft is None
+    cache = new_cache(model, config.kv_capacity, config.state_capacity, dummy_slots=graphs)
     if draft is None:
-        runner = ModelRunner(model, cache, keep_logits=keep_logits)
+        runner = ModelRunner(model, cache, keep_logits, DecodeGraphs(model, cache) if graphs else None)
     else:
         check_same_vocabulary(model, draft)
         draft_cache = new_cache(draft, config.kv_capacity, config.state_capacity)

@@ -1,12 +1,13 @@
 """The model runner: from a round plan to tensors, a forward pass, and sampled tokens.
 
-Scope: ``ModelRunner.launch`` lays out one round (token ids, positions, slot mapping, which rows need
-logits), runs the model over the ``HybridCache``, samples on the device, and starts a non-blocking copy
-of the sampled tokens to the CPU; ``ModelRunner.read`` waits for that copy. Tokens the CPU has not read
-(``IN_FLIGHT`` in a plan) are taken from the previous round's sampled tokens, still in device memory, so
-round N+1 can be launched before round N is read. On CPU the copy is synchronous and nothing overlaps,
-but the protocol is the same.
-Non-scope: choosing what runs (the engine), deciding what sampled tokens mean (commit), the model maths.
+Scope: ``ModelRunner.launch`` lays out one round on the host (token ids, positions, slot mapping, which rows
+need logits, the sampling uniforms), sends it to the device in one non-blocking copy, runs the model over the
+``HybridCache``, samples on the device, and starts a non-blocking copy of the sampled tokens to the host;
+``ModelRunner.read`` waits for that copy, the one place where the host waits for the device. Tokens the host
+has not read (``IN_FLIGHT`` in a plan) are taken on the device from the previous round's sampled tokens, so
+round N+1 is prepared and queued while round N still runs. Decode rounds can run on static buffers, captured
+as device graphs (``graphs.py``). On CPU every copy is immediate and nothing overlaps, but the protocol is the
+same. Non-scope: choosing what runs (the engine), deciding what sampled tokens mean (commit), the model maths.
 """
 
 from __future__ import annotations
@@ -17,21 +18,38 @@ import torch
 
 from mini_deepinfer.core.plan import IN_FLIGHT, RoundPlan, RoundResult, SeqPlan
 from mini_deepinfer.models.cache import HybridCache
-from mini_deepinfer.models.forward_batch import ForwardBatch
+from mini_deepinfer.models.forward_batch import ForwardBatch, SeqInput, Staging, stage_round
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.device import device_module
-from mini_deepinfer.runtime.sampling import make_generator, sample
+from mini_deepinfer.runtime.graphs import DecodeGraphs
+from mini_deepinfer.runtime.sampling import (
+    check_finite,
+    draw_uniforms,
+    flag_non_finite,
+    make_generator,
+    sample,
+)
 
 
 @dataclass
 class RunnerLaunch:
-    """A launched round: sampled tokens on their way to the CPU, and the event that says they arrived."""
+    """A launched round: sampled tokens on their way to the host, and the event that says they arrived."""
 
     round_id: int
     sampled_ids: list[str]
     host_tokens: torch.Tensor
     done: object | None  # a device event; None on CPU, where the copy has already happened
     logits: torch.Tensor | None = None
+    graph: bool = False  # the round replayed a captured graph (or, on CPU, ran on its static buffers)
+
+
+@dataclass
+class Prepared:
+    """One round's inputs on the device: the model's batch, and the sampling uniforms of the sampled rows."""
+
+    batch: ForwardBatch
+    uniforms: torch.Tensor | None  # float64 [S]; None when every sampled row is greedy
+    seqs: list[SeqInput]
 
 
 @dataclass
@@ -42,72 +60,83 @@ class ModelRunner:
         model: the model (``forward(batch, cache) -> logits``).
         cache: KV and state tensors, indexed by the slots in the plans.
         keep_logits: also hand back each sampled row's float32 logits (tests compare them across modes).
+        graphs: run decode rounds on static buffers (captured as graphs on an accelerator); None: eager.
     """
 
     model: CausalLM
     cache: HybridCache
     keep_logits: bool = False
+    graphs: DecodeGraphs | None = None
     generators: dict[str, torch.Generator] = field(default_factory=dict)
-    last_token: dict[str, torch.Tensor] = field(default_factory=dict)  # device memory, per request
+    sampled_rows: dict[str, int] = field(default_factory=dict)  # request -> its row in ``sampled``
+    sampled: torch.Tensor | None = None  # device memory: the last launched round's sampled tokens
+    rounds_by_mode: dict[str, int] = field(default_factory=lambda: {"graph": 0, "eager": 0})
+
+    def __post_init__(self) -> None:
+        rows = self.graphs.max_rows if self.graphs is not None else max(self.cache.state_capacity, 1)
+        self.sampled = torch.zeros(rows, dtype=torch.int64, device=self.device)
+        if self.graphs is not None:
+            self.graphs.bind(self.sampled)
 
     @property
     def device(self) -> torch.device:
         return self.model.lm_head.weight.device
 
     # --8<-- [start:prepare]
-    def prepare(self, plan: RoundPlan) -> ForwardBatch:
-        """Flatten a round plan into the tensors of one forward."""
-        dev = self.device
-        ids = [0 if t is IN_FLIGHT else t for s in plan.seqs for t in s.token_ids]
-        input_ids = torch.tensor(ids, dtype=torch.int64, device=dev)
-        self._fill_in_flight(plan, input_ids)
-        ends = torch.tensor([s.num_tokens for s in plan.seqs]).cumsum(0) - 1
-        sampled_rows = [int(ends[i]) for i, s in enumerate(plan.seqs) if s.sample]
+    def sequences(self, plan: RoundPlan) -> list[SeqInput]:
+        """The plan as host integers; a token still in flight becomes a reference to its row on the device."""
+        def token(seq: SeqPlan, t: int | None) -> int:
+            return -self.sampled_rows[seq.request_id] - 1 if t is IN_FLIGHT else t
 
-        def tensor(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.int64, device=dev)
+        return [SeqInput(tuple(token(s, t) for t in s.token_ids), s.start_pos, s.context_slots,
+                         s.state_slot or 0) for s in plan.seqs]
 
-        state_ids = [s.state_slot if s.state_slot is not None else 0 for s in plan.seqs]
+    def prepare(self, plan: RoundPlan) -> Prepared:
+        """Flatten a round plan into the tensors of one forward: each sampling row's last token gives logits,
+        and each sampled row's uniform number is drawn now, on the host."""
+        seqs = self.sequences(plan)
+        ends = [sum(len(s.token_ids) for s in seqs[: b + 1]) - 1 for b in range(len(seqs))]
+        sampling = [s for s in plan.seqs if s.sample]
+        uniforms = draw_uniforms([s.params for s in sampling], [self._generator(s) for s in sampling])
+        return self.stage(seqs, [ends[b] for b, s in enumerate(plan.seqs) if s.sample], uniforms)
 
-        return ForwardBatch(
-            input_ids=input_ids,
-            positions=tensor([p for s in plan.seqs for p in s.positions]),
-            query_lens=[s.num_tokens for s in plan.seqs],
-            context_lens=[len(s.context_slots) for s in plan.seqs],
-            slot_mapping=tensor([x for s in plan.seqs for x in s.new_slots]),
-            kv_slots=[tensor(list(s.context_slots)) for s in plan.seqs],
-            state_slots=tensor(state_ids),
-            fresh_state=[s.start_pos == 0 for s in plan.seqs],
-            logits_indices=tensor(sampled_rows),
-            state_slot_ids=tuple(state_ids),
-        )
-
-    def _fill_in_flight(self, plan: RoundPlan, input_ids: torch.Tensor) -> None:
-        """Copy tokens the CPU has not read yet from device memory into the input (no synchronisation)."""
-        row = 0
-        for seq in plan.seqs:
-            for token in seq.token_ids:
-                if token is IN_FLIGHT:
-                    input_ids[row] = self.last_token[seq.request_id]
-                row += 1
+    def stage(self, seqs: list[SeqInput], logits_rows: list[int],
+              uniforms: list[float] | None = None) -> Prepared:
+        """Lay the round out in one staging buffer and send it to the device in one non-blocking copy."""
+        staging = Staging()
+        shape = stage_round(seqs, staging, logits_rows)
+        if uniforms is not None:
+            staging.add_floats("uniforms", uniforms)
+        views = staging.upload(self.device)
+        return Prepared(ForwardBatch.from_staged(shape, views), views.get("uniforms"), seqs)
     # --8<-- [end:prepare]
 
     # --8<-- [start:launch]
     def launch(self, plan: RoundPlan) -> RunnerLaunch:
-        """Run the forward and sampling of one round; start copying the sampled tokens to the CPU."""
-        batch = self.prepare(plan)
-        logits = self.model(batch, self.cache)
+        """Queue the forward and sampling of one round; start copying the sampled tokens to the host.
+
+        Nothing here waits for the device: the inputs go over in one non-blocking copy, tokens still in flight
+        are gathered on the device, and the only host read is in ``read``.
+        """
         sampling = [s for s in plan.seqs if s.sample]
-        tokens = sample(logits, [s.params for s in sampling], [self._generator(s) for s in sampling])
-        tokens = flag_non_finite(logits, tokens)
-        for i, seq in enumerate(sampling):
-            self.last_token[seq.request_id] = tokens[i]  # the next round may read it before the CPU does
-        host, done = self._copy_to_host(tokens)
-        kept = logits.float().cpu() if self.keep_logits else None
-        return RunnerLaunch(plan.round_id, [s.request_id for s in sampling], host, done, kept)
+        graph = self.graphs is not None and not self.keep_logits and self.graphs.accepts(plan)
+        logits = None
+        if graph:
+            tokens = self.graphs.run(self.sequences(plan))
+        else:
+            prepared = self.prepare(plan)
+            batch = prepared.batch.with_in_flight(self.sampled)
+            logits = self.model(batch, self.cache)
+            tokens = sample(logits, [s.params for s in sampling], uniforms=prepared.uniforms)
+            tokens = flag_non_finite(logits, tokens)
+        self._keep_sampled(sampling, tokens)
+        self.rounds_by_mode["graph" if graph else "eager"] += 1
+        host, done = self._copy_to_host(tokens, logits if self.keep_logits else None)
+        return RunnerLaunch(plan.round_id, [s.request_id for s in sampling], host[0], done, host[1], graph)
 
     def read(self, handle: RunnerLaunch) -> RoundResult:
-        """Wait until the round's sampled tokens are on the CPU and return them."""
+        """Wait until the round's sampled tokens are on the host and return them: the round's one host
+        wait."""
         if handle.done is not None:
             handle.done.synchronize()
         result = RoundResult(handle.round_id)
@@ -120,16 +149,29 @@ class ModelRunner:
         return result
     # --8<-- [end:launch]
 
+    def _keep_sampled(self, sampling: list[SeqPlan], tokens: torch.Tensor) -> None:
+        """Keep the round's tokens on the device: the next round may need them before the host sees them."""
+        if tokens.numel() > self.sampled.numel():  # only without graphs (they fix the buffer's size)
+            self.sampled = torch.zeros(tokens.numel(), dtype=torch.int64, device=self.device)
+        self.sampled[: tokens.numel()].copy_(tokens)
+        self.sampled_rows = {s.request_id: i for i, s in enumerate(sampling)}
+
     # --8<-- [start:copy_to_host]
-    def _copy_to_host(self, tokens: torch.Tensor) -> tuple[torch.Tensor, object | None]:
+    def _copy_to_host(self, tokens: torch.Tensor,
+                      logits: torch.Tensor | None) -> tuple[tuple[torch.Tensor, torch.Tensor | None], object]:
+        """Start copying the tokens (and logits, when kept) into pinned host memory; record an event after."""
         module = device_module(self.device)
         if module is None:  # CPU: the tokens are already where the CPU reads them
-            return tokens.clone(), None
+            return (tokens.clone(), None if logits is None else logits.float().clone()), None
         host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
         host.copy_(tokens, non_blocking=True)
+        host_logits = None
+        if logits is not None:
+            host_logits = torch.empty(logits.shape, dtype=torch.float32, pin_memory=True)
+            host_logits.copy_(logits, non_blocking=True)
         done = module.Event()
         done.record()
-        return host, done
+        return (host, host_logits), done
     # --8<-- [end:copy_to_host]
 
     # --8<-- [start:generator]
@@ -147,36 +189,5 @@ class ModelRunner:
         raise RuntimeError(f"{request_id}: this runner runs no draft model; use a SpeculativeRunner")
 
     def release(self, request_id: str) -> None:
-        """Forget a finished request's generator and device-side token."""
+        """Forget a finished request's generator."""
         self.generators.pop(request_id, None)
-        self.last_token.pop(request_id, None)
-
-
-# --8<-- [start:non_finite]
-NON_FINITE = -1
-"""The token a row gets when its logits hold NaN or infinity: no vocabulary has it, so it cannot be
-sampled."""
-
-
-class NonFiniteLogitsError(RuntimeError):
-    """A round produced NaN or infinite logits for some request (broken weights, or an overflow)."""
-
-
-def flag_non_finite(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Replace the token of every row whose logits are not all finite by ``NON_FINITE``, on the device.
-
-    The flag travels with the tokens, so the CPU learns of it in the read it makes anyway: checking here with
-    ``bool(...)`` would make the host wait for the round.
-    """
-    finite = torch.isfinite(logits).all(dim=-1)
-    return torch.where(finite, tokens, torch.full_like(tokens, NON_FINITE))
-
-
-def check_finite(round_id: int, request_ids: list[str], tokens: list[int]) -> None:
-    """Raise ``NonFiniteLogitsError`` naming the round and the requests whose token carries the flag."""
-    bad = list(dict.fromkeys(rid for rid, token in zip(request_ids, tokens) if token == NON_FINITE))
-    if bad:
-        raise NonFiniteLogitsError(f"round {round_id}: non-finite logits (NaN or inf) for {', '.join(bad)}")
-# --8<-- [end:non_finite]
-
-

@@ -34,8 +34,13 @@ from typing import Protocol
 import torch
 
 __all__ = [
+    "NON_FINITE",
+    "NonFiniteLogitsError",
     "SamplingLike",
+    "check_finite",
     "draw",
+    "draw_uniforms",
+    "flag_non_finite",
     "is_greedy",
     "make_generator",
     "probabilities",
@@ -102,10 +107,10 @@ def _candidates(scaled: torch.Tensor, params: SamplingLike) -> tuple[torch.Tenso
     ids = torch.arange(vocab, device=scaled.device)
     if top_k == 0 and params.top_p >= 1.0:
         return scaled, ids
-    if top_k:
+    if top_k and scaled.is_cpu:
         # A full sort of a 250k vocabulary costs tens of ms on a CPU; sort only the tokens that reach the
-        # k-th largest logit. All tokens tied with it stay, so the stable sort decides ties. (On an
-        # accelerator, nonzero() makes the host wait for the logits.)
+        # k-th largest logit. All tokens tied with it stay, so the stable sort decides ties as a full sort
+        # would. On an accelerator the full sort is cheap, and nonzero() would make the host wait.
         kth_largest = torch.topk(scaled, top_k, sorted=False).values.min()
         ids = torch.nonzero(scaled >= kth_largest).squeeze(1)
     values, order = torch.sort(scaled[ids], descending=True, stable=True)
@@ -141,10 +146,32 @@ def _distribution(row: torch.Tensor, params: SamplingLike) -> tuple[torch.Tensor
 
 
 # --8<-- [start:draw_one]
-def _uniform(generator: torch.Generator, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """One uniform number in [0, 1) from ``generator``, as a ``[1]`` tensor on ``device``."""
-    u = torch.rand(1, generator=generator, device=generator.device, dtype=torch.float64)
-    return u.to(device=device, dtype=dtype)
+def _uniform(generator: torch.Generator) -> float:
+    """One uniform number in [0, 1) from ``generator`` (which lives on the CPU)."""
+    return float(torch.rand(1, generator=generator, dtype=torch.float64))
+
+
+def draw_uniforms(params: Sequence[SamplingLike],
+                  generators: Sequence[torch.Generator | None]) -> list[float] | None:
+    """One uniform per sampled row, drawn on the host from the row's generator (0.0 for greedy rows, which
+    consume none); None when every row is greedy. A runner sends them to the device with the round's inputs.
+
+    Raises:
+        ValueError: mismatched lengths, or a sampled row without a generator.
+    """
+    if len(params) != len(generators):
+        raise ValueError(f"{len(params)} params but {len(generators)} generators")
+    if all(is_greedy(p) for p in params):
+        return None
+    uniforms = []
+    for i, (row_params, generator) in enumerate(zip(params, generators)):
+        if is_greedy(row_params):
+            uniforms.append(0.0)
+        elif generator is None:
+            raise ValueError(f"row {i} samples (temperature {row_params.temperature}) but has no generator")
+        else:
+            uniforms.append(_uniform(generator))
+    return uniforms
 
 
 def _invert_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -165,10 +192,10 @@ def _invert_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(index, last_positive)
 
 
-def _sample_row(row: torch.Tensor, params: SamplingLike, generator: torch.Generator) -> torch.Tensor:
-    """Draw one token for one row; returns a ``[1]`` int64 tensor on the row's device."""
+def _sample_row(row: torch.Tensor, params: SamplingLike, u: torch.Tensor) -> torch.Tensor:
+    """Draw one token for one row with the uniform ``u`` (``[1]``, on the row's device); ``[1]`` int64 out."""
     probs, ids = _distribution(row, params)
-    position = _invert_cdf(probs, _uniform(generator, row.device, probs.dtype))
+    position = _invert_cdf(probs, u.to(probs.dtype))
     return ids[position]
 # --8<-- [end:draw_one]
 
@@ -177,7 +204,8 @@ def _sample_row(row: torch.Tensor, params: SamplingLike, generator: torch.Genera
 def sample(
     logits: torch.Tensor,
     params: Sequence[SamplingLike],
-    generators: Sequence[torch.Generator | None],
+    generators: Sequence[torch.Generator | None] | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Choose one token per row.
 
@@ -185,7 +213,9 @@ def sample(
         logits: ``[S, V]``, one row per token to choose, on any device and dtype.
         params: the sampling parameters of each row (rows of one request share them).
         generators: each row's generator; may be None only for greedy rows. A generator shared by several
-            rows is consumed in row order.
+            rows is consumed in row order. Not needed when ``uniforms`` are given.
+        uniforms: ``[S]`` float64 on ``logits.device``, drawn beforehand with :func:`draw_uniforms` (a model
+            runner sends them with the round's inputs, so sampling never copies from the host).
 
     Returns:
         ``[S]`` int64 token ids on ``logits.device``.
@@ -195,17 +225,15 @@ def sample(
     """
     if logits.dim() != 2:
         raise ValueError(f"logits must be [S, V], got shape {tuple(logits.shape)}")
-    if not len(params) == len(generators) == logits.shape[0]:
-        raise ValueError(
-            f"{logits.shape[0]} logit rows but {len(params)} params and {len(generators)} generators"
-        )
+    if len(params) != logits.shape[0]:
+        raise ValueError(f"{logits.shape[0]} logit rows but {len(params)} params")
+    if uniforms is None and any(not is_greedy(p) for p in params):
+        drawn = draw_uniforms(params, generators if generators is not None else [None] * len(params))
+        uniforms = torch.tensor(drawn, dtype=torch.float64).to(logits.device)
     tokens = torch.argmax(logits, dim=-1)
-    for i, (row_params, generator) in enumerate(zip(params, generators)):
-        if is_greedy(row_params):
-            continue
-        if generator is None:
-            raise ValueError(f"row {i} samples (temperature {row_params.temperature}) but has no generator")
-        tokens[i : i + 1] = _sample_row(logits[i], row_params, generator)
+    for i, row_params in enumerate(params):
+        if not is_greedy(row_params):
+            tokens[i : i + 1] = _sample_row(logits[i], row_params, uniforms[i : i + 1])
     return tokens
 # --8<-- [end:sample]
 
@@ -271,4 +299,32 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
         raise ValueError("probs must be finite and non-negative")
     if not float(weights.sum()) > 0.0:
         raise ValueError("probs has no mass to draw from")
-    return int(_invert_cdf(weights, _uniform(generator, weights.device, torch.float64)))
+    u = torch.tensor([_uniform(generator)], dtype=torch.float64)
+    return int(_invert_cdf(weights, u))
+
+
+# --8<-- [start:non_finite]
+NON_FINITE = -1
+"""The token of a row whose logits hold NaN or infinity: no vocabulary has it, so it cannot be sampled."""
+
+
+class NonFiniteLogitsError(RuntimeError):
+    """A round produced NaN or infinite logits for some request (broken weights, or an overflow)."""
+
+
+def flag_non_finite(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Replace the token of every row whose logits are not all finite by ``NON_FINITE``, on the device.
+
+    The flag travels with the tokens, so the host learns of it in the read it makes anyway; checking here with
+    ``bool(...)`` would make the host wait for the round.
+    """
+    finite = torch.isfinite(logits).all(dim=-1)
+    return torch.where(finite, tokens, torch.full_like(tokens, NON_FINITE))
+
+
+def check_finite(round_id: int, request_ids: Sequence[str], tokens: Sequence[int]) -> None:
+    """Raise ``NonFiniteLogitsError`` naming the round and the requests whose token carries the flag."""
+    bad = list(dict.fromkeys(rid for rid, token in zip(request_ids, tokens) if token == NON_FINITE))
+    if bad:
+        raise NonFiniteLogitsError(f"round {round_id}: non-finite logits (NaN or inf) for {', '.join(bad)}")
+# --8<-- [end:non_finite]

@@ -37,6 +37,7 @@ from mini_deepinfer.models import build_model
 from mini_deepinfer.models.config import ModelConfig, config_from_hf_dict
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.models.loader import (
+    RANDOM_WEIGHTS_KEY,
     SINGLE_WEIGHTS_FILE,
     TEXT_PREFIX,
     WEIGHTS_INDEX_FILE,
@@ -399,7 +400,8 @@ def write_random_checkpoint(
         raise ValueError(f"unsupported dtype {dtype}; choose float32 or bfloat16")
     if max_shard_size < 1:
         raise ValueError(f"max shard size must be positive, got {max_shard_size}")
-    config_dict = {**json.loads(json.dumps(chosen.config)), "dtype": dtype_name(dtype)}
+    config_dict = {**json.loads(json.dumps(chosen.config)), "dtype": dtype_name(dtype),
+                   RANDOM_WEIGHTS_KEY: {"preset": preset_name, "seed": seed}}
     if "text_config" in config_dict:
         config_dict["text_config"]["dtype"] = dtype_name(dtype)
     config = config_from_hf_dict(config_dict)
@@ -448,6 +450,16 @@ def perturbed_copy(model: CausalLM, noise: float, seed: int) -> CausalLM:
 # --8<-- [end:perturbed_copy]
 
 
+def _note_perturbation(path: Path, noise: float, seed: int) -> None:
+    """Say in the copy's ``config.json`` that its weights are the source's plus noise (when they were
+    ours)."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    made = config.get(RANDOM_WEIGHTS_KEY)
+    if isinstance(made, dict):
+        config[RANDOM_WEIGHTS_KEY] = {**made, "perturbed": {"noise": noise, "seed": seed}}
+        write_json(path, config)
+
+
 # --8<-- [start:write_draft]
 def write_perturbed_checkpoint(source: Path, output: Path, noise: float, seed: int,
                                force: bool = False) -> int:
@@ -462,6 +474,7 @@ def write_perturbed_checkpoint(source: Path, output: Path, noise: float, seed: i
     changed = 0
     with staged_folder(output, force) as staging:
         shutil.copytree(source, staging, dirs_exist_ok=True)
+        _note_perturbation(staging / "config.json", noise, seed)
         for path in sorted(staging.glob("*.safetensors")):
             tensors = load_file(str(path))
             for name in sorted(tensors):

@@ -10,9 +10,11 @@ imports only the standard library.
 A record is a plain dict with these top-level keys, in this order::
 
     schema, version, command, started_at, source_sha, device, model, [draft_model,] config,
-    requests, cache, checks, timings
+    requests, cache, checks, timings, [execution]
 
 ``draft_model`` appears only in two-model (speculative) runs, like ``committed_groups`` in a request.
+``execution`` says how the rounds ran: ``graphs`` (decode rounds on static buffers), ``captured`` (replayed as
+device graphs) and ``rounds`` (how many ran each way).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "cache_info",
     "check_output_path",
     "model_info",
+    "package_source_sha",
     "package_version",
     "source_sha",
     "utc_now_iso",
@@ -98,6 +101,11 @@ def source_sha(repo_dir: str | os.PathLike[str], paths: Sequence[str] = ()) -> d
         return {"sha": None, "dirty": None}
     head = _git(folder, "rev-parse", "--verify", "--quiet", "HEAD")
     return {"sha": head.strip() if head else None, "dirty": bool(status.strip())}
+
+
+def package_source_sha() -> dict[str, Any]:
+    """The commit this package runs from, dirty when a tracked file of the package differs from it."""
+    return source_sha(PACKAGE_DIR, paths=(".",))
 
 
 def _pyproject_version(pyproject: Path) -> str | None:
@@ -232,6 +240,7 @@ class RunRecord:
     device: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     draft_model: dict[str, Any] | None = None
+    execution: dict[str, Any] | None = None
     source_sha: dict[str, Any] = field(default_factory=lambda: {"sha": None, "dirty": None})
     version: str | None = None
     started_at: str = ""
@@ -247,7 +256,7 @@ class RunRecord:
         return cls(
             command=list(command),
             config=dict(config or {}),
-            source_sha=source_sha(PACKAGE_DIR, paths=(".",)),
+            source_sha=package_source_sha(),
             version=package_version(),
             started_at=utc_now_iso(),
         )
@@ -306,10 +315,10 @@ class RunRecord:
         }
         if self.draft_model is not None:
             record["draft_model"] = self.draft_model
-        record.update(
-            config=self.config, requests=self.requests, cache=self.cache, checks=self.checks,
-            timings=self.timings,
-        )
+        record.update(config=self.config, requests=self.requests, cache=self.cache, checks=self.checks,
+                      timings=self.timings)
+        if self.execution is not None:
+            record["execution"] = self.execution
         return copy.deepcopy(record)
 
     def write(self, path: str | os.PathLike[str]) -> None:

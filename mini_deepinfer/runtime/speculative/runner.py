@@ -24,8 +24,8 @@ import torch
 from mini_deepinfer.core.plan import RoundPlan, RoundResult, SeqPlan
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
-from mini_deepinfer.runtime.model_runner import ModelRunner, check_finite, flag_non_finite
-from mini_deepinfer.runtime.sampling import probabilities, sample
+from mini_deepinfer.runtime.model_runner import ModelRunner
+from mini_deepinfer.runtime.sampling import check_finite, flag_non_finite, probabilities, sample
 from mini_deepinfer.runtime.speculative.draft import DraftJob, DraftSettle, ModelDraft, Proposal, draft_keeps
 from mini_deepinfer.runtime.speculative.verify import AcceptStep, verify_greedy, verify_sampled
 
@@ -87,11 +87,12 @@ class SpeculativeRunner(ModelRunner):
         expanded = RoundPlan(plan.round_id, tuple(
             replace(s, token_ids=s.token_ids + tuple(proposals[s.request_id].drafts), spec_width=0)
             if s.request_id in jobs else s for s in plan.seqs))
-        batch = self.prepare(expanded)
-        batch.logits_indices, row_of = self._logit_rows(expanded, jobs)
-        batch.capture_states = [s.request_id in jobs for s in plan.seqs]
-        logits = self.model(batch, self.cache)
+        rows, row_of = self._logit_rows(expanded, jobs)
+        seqs = [replace(seq, capture=plan_seq.request_id in jobs)
+                for seq, plan_seq in zip(self.sequences(expanded), expanded.seqs)]
+        logits = self.model(self.stage(seqs, rows).batch, self.cache)
         self.stats["target_forwards"] += 1
+        self.rounds_by_mode["eager"] += 1
         tokens = self._sample_plain(plan, jobs, logits, row_of)
         self.details = {}
         for rid, job in jobs.items():
@@ -132,7 +133,7 @@ class SpeculativeRunner(ModelRunner):
         return DraftJob(seq.request_id, list(seq.history), seq.start_pos, seq.spec_width,
                         seq.context_slots, seq.state_slot, seq.params, self._generator(seq))
 
-    def _logit_rows(self, plan: RoundPlan, jobs: dict) -> tuple[torch.Tensor, dict[str, slice]]:
+    def _logit_rows(self, plan: RoundPlan, jobs: dict) -> tuple[list[int], dict[str, slice]]:
         """Rows that need logits: each verified position of a speculative decode, else the sampled row."""
         rows: list[int] = []
         row_of: dict[str, slice] = {}
@@ -143,7 +144,7 @@ class SpeculativeRunner(ModelRunner):
             if seq.sample:
                 row_of[seq.request_id] = slice(len(rows), len(rows) + end - first)
                 rows.extend(range(first, end))
-        return torch.tensor(rows, dtype=torch.int64, device=self.device), row_of
+        return rows, row_of
 
     def _sample_plain(self, plan: RoundPlan, jobs: dict, logits: torch.Tensor,
                       row_of: dict[str, slice]) -> dict[str, list[int]]:

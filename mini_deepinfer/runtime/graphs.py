@@ -1,0 +1,162 @@
+"""Decode rounds on static buffers, captured as device graphs: one replay queues the whole step.
+
+Scope: ``DecodeGraphs``. A decode round is padded to a fixed shape, a *bucket* (``rows`` sequences,
+``context`` keys each: powers of two, up to the cache's state and KV capacities), and laid out by
+``stage_round`` in that bucket's static device buffer with one non-blocking copy. The first round of a bucket
+captures the whole step (tokens still in flight gathered from the previous round's sampled tokens, the model
+forward, greedy sampling, the non-finite flag) into a graph: ``torch.cuda.CUDAGraph`` on CUDA,
+``torch.npu.NPUGraph`` through torch_npu on an Ascend NPU (written against its documented API; not run here).
+Every later round of the bucket only copies its inputs and replays. Padding rows and padding keys point at the
+cache's reserved dummy KV slot and dummy state slot, which no request holds, so what they compute is never
+read. All buckets share one memory pool.
+
+On CPU there is nothing to capture: the same static-buffer step runs eagerly, so a CPU test checks the layout,
+the padding and the in-flight gather of the graph path against eager execution.
+
+Non-scope: prefill and mixed rounds, speculative rounds, sampled (non-greedy) rows and kept logits: those run
+eagerly (``ModelRunner.launch`` decides). DeepInfer's ``CudaGraphRunner`` buckets by token count instead and
+its attention kernels read block tables directly; our attention gathers each decode's keys, so the context
+length is part of the bucket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mini_deepinfer.core.plan import RoundPlan
+from mini_deepinfer.models.cache import HybridCache
+from mini_deepinfer.models.forward_batch import (
+    ForwardBatch,
+    Padding,
+    RoundShape,
+    SeqInput,
+    Staging,
+    stage_round,
+)
+from mini_deepinfer.models.layers import CausalLM
+from mini_deepinfer.runtime.device import device_module
+from mini_deepinfer.runtime.sampling import flag_non_finite
+
+GRAPH_API = {"cuda": "CUDAGraph", "npu": "NPUGraph"}
+"""The graph class of each accelerator's device module; ``module.graph(g, pool=...)`` captures into it."""
+MIN_CONTEXT = 64
+WARMUP_STEPS = 2  # runs before a capture, so that lazily created library state exists before recording
+
+
+def powers_of_two_up_to(limit: int, start: int = 1) -> list[int]:
+    """``start, 2 start, 4 start, ...`` below ``limit``, then ``limit`` itself."""
+    sizes, size = [], start
+    while size < limit:
+        sizes.append(size)
+        size *= 2
+    return sizes + [limit]
+
+
+@dataclass
+class Bucket:
+    """One padded shape: its layout, its static input buffer, its output, and its graph."""
+
+    padding: Padding
+    shape: RoundShape  # the layout ``stage_round`` gives every round of this bucket (host decisions)
+    segments: list[tuple[str, int, bool]]  # where each input sits in ``static``
+    static: torch.Tensor  # the staging buffer every replay reads: rounds copy their inputs into it
+    tokens: torch.Tensor  # [rows] the step's sampled tokens
+    graph: object | None = None  # None on CPU: the step runs eagerly on ``static``
+
+
+class DecodeGraphs:
+    """Decode rounds on static buffers, one bucket per padded shape, captured on an accelerator.
+
+    Args:
+        model: the model; its device decides whether graphs are captured (CUDA, NPU) or not (CPU).
+        cache: the model's cache, built with dummy slots (``HybridCache(..., dummy_slots=True)``).
+    """
+
+    def __init__(self, model: CausalLM, cache: HybridCache) -> None:
+        if cache.dummy_kv_slot is None:
+            raise ValueError("graph execution needs a cache with dummy slots (HybridCache(dummy_slots=True))")
+        self.model, self.cache = model, cache
+        self.device = model.lm_head.weight.device
+        self.capture = self.device.type in GRAPH_API
+        self.rows = powers_of_two_up_to(max(cache.state_capacity, 1))
+        self.contexts = powers_of_two_up_to(cache.kv_capacity, min(MIN_CONTEXT, cache.kv_capacity))
+        self.buckets: dict[tuple[int, int], Bucket] = {}
+        self.pool: object | None = None
+        self.sampled: torch.Tensor | None = None
+        self.last: tuple[int, int] | None = None  # the bucket (rows, context) of the last round
+
+    @property
+    def max_rows(self) -> int:
+        """The largest bucket: as many rows as the cache has state slots (one per running request)."""
+        return self.rows[-1]
+
+    def bind(self, sampled: torch.Tensor) -> None:
+        """Where the runner keeps the last round's sampled tokens: in-flight inputs are gathered from it."""
+        self.sampled = sampled
+
+    # --8<-- [start:accepts]
+    def accepts(self, plan: RoundPlan) -> bool:
+        """A plain greedy decode round that fits a bucket (everything else runs eagerly)."""
+        seqs = plan.seqs
+        plain_greedy = all(s.kind == "decode" and not s.spec_width and s.params.greedy for s in seqs)
+        return (0 < len(seqs) <= self.rows[-1] and plain_greedy
+                and max(len(s.context_slots) for s in seqs) <= self.contexts[-1])
+    # --8<-- [end:accepts]
+
+    # --8<-- [start:run]
+    def run(self, seqs: list[SeqInput]) -> torch.Tensor:
+        """Copy the round's inputs into its bucket's static buffer and replay; the sampled tokens ``[n]``."""
+        rows = next(r for r in self.rows if r >= len(seqs))
+        context = next(c for c in self.contexts if c >= max(s.context_len for s in seqs))
+        bucket = self.buckets.get((rows, context)) or self._new_bucket(rows, context)
+        self.last = (rows, context)
+        staging = Staging()
+        if stage_round(seqs, staging, [], bucket.padding) != bucket.shape:
+            raise RuntimeError(f"a decode round does not have the layout of its bucket {rows} x {context}")
+        staging.upload(self.device, into=bucket.static)
+        if bucket.graph is not None:
+            bucket.graph.replay()
+        else:
+            self._step(bucket)
+        return bucket.tokens[: len(seqs)]
+    # --8<-- [end:run]
+
+    # --8<-- [start:step]
+    def _step(self, bucket: Bucket) -> None:
+        """What a graph holds: the batch as views of the static buffer, the forward, greedy tokens."""
+        views = Staging.views(bucket.segments, bucket.static)
+        batch = ForwardBatch.from_staged(bucket.shape, views).with_in_flight(self.sampled)
+        logits = self.model(batch, self.cache)
+        bucket.tokens.copy_(flag_non_finite(logits, torch.argmax(logits, dim=-1)))
+    # --8<-- [end:step]
+
+    def _new_bucket(self, rows: int, context: int) -> Bucket:
+        """Lay out an all-padding round of the shape, then capture its step (on an accelerator)."""
+        padding = Padding(rows, context, self.cache.dummy_kv_slot, self.cache.dummy_state_slot)
+        staging = Staging()
+        shape = stage_round([], staging, [], padding)
+        bucket = Bucket(padding, shape, staging.segments(), staging.host(pin=False).to(self.device),
+                        torch.zeros(rows, dtype=torch.int64, device=self.device))
+        if self.capture:
+            bucket.graph = self._capture(bucket)
+        self.buckets[(rows, context)] = bucket
+        return bucket
+
+    # --8<-- [start:capture]
+    def _capture(self, bucket: Bucket) -> object:
+        """Warm the step up on a side stream, then record it. Its buffers come from the shared pool."""
+        module = device_module(self.device)
+        side = module.Stream()
+        side.wait_stream(module.current_stream())
+        with module.stream(side):  # on the dummy round: it writes only the dummy slots
+            for _ in range(WARMUP_STEPS):
+                self._step(bucket)
+        module.current_stream().wait_stream(side)
+        graph = getattr(module, GRAPH_API[self.device.type])()
+        with module.graph(graph, pool=self.pool):
+            self._step(bucket)
+        self.pool = self.pool if self.pool is not None else graph.pool()
+        return graph
+    # --8<-- [end:capture]
