@@ -1,22 +1,75 @@
 """Tables of the committed ours-against-transformers benchmark results, for the performance page.
 
-Scope: reading ``snippets/bench/cpu-<preset>.json`` (written by ``python -m mini_deepinfer.bench``) and
-rendering, per file, one Markdown snippet: where it ran, the side-by-side timings, the roofline, the
-matrix-product floors (decode step and prefill), peak memory, and each target with its verdict. The
+Scope: reading ``snippets/bench/cpu-<preset>.json`` and the accelerator reports in ``GPU_RESULTS``
+(written by ``python -m mini_deepinfer.bench``) and rendering, per file, one Markdown snippet: where it ran,
+the side-by-side timings, the roofline, the matrix-product floors (decode step and prefill), peak memory,
+each target with its verdict, and whether the greedy tokens agreed (per measurement where they did not). The
 benchmark itself is never run here: its timings change on every run, so the JSON is committed as measured
 and only rendered.
+
+Provenance a report does not carry (how its rounds ran, for reports written before the benchmarks
+recorded ``execution``; who measured it and what was done to the file) comes from a ``provenance.json``
+beside it, which only fills gaps: :func:`provenance_block` renders it with the report's own ``source_sha``,
+and says which file each statement comes from. ``gen_rounds`` uses the same function for the round-benchmark
+reports.
 Non-scope: explaining the numbers (the page does), the other benchmarks' tables (their own generators).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from site_scripts.common import SNIPPETS
+from site_scripts.common import SNIPPETS, GeneratorError
 
 RESULTS = ("cpu-qwen3.5-0.8b", "cpu-tiny")
+GPU_RESULTS = ("cuda-h200-207e234/cuda-bf16-qwen3.5-0.8b-eager-207e234",)
+"""Accelerator reports, relative to ``snippets/bench/`` (a folder per measurement, with its provenance)."""
+PROVENANCE_KEYS = ("execution", "source")
 GIB = 2**30
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds with one decimal, two below 1 ms (an accelerator's roofline step is a fraction of one)."""
+    value = seconds * 1000
+    return f"{value:.1f}" if value >= 1 else f"{value:.2f}"
+
+
+def _fraction(value: float) -> str:
+    """Two decimals, or two significant digits below 0.1 (so that 0.0085 does not read as 0.01)."""
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
+
+
+def provenance_block(path: Path, report: dict[str, Any]) -> str | None:
+    """``source_sha`` and ``execution`` of a report, with what ``provenance.json`` beside it adds; None when
+    neither the report nor that file says how its rounds ran (the CPU reports)."""
+    extra: dict[str, str] = {}
+    where = path.parent / "provenance.json"
+    if where.exists():
+        entries = json.loads(where.read_text(encoding="utf-8")).get("reports", {})
+        for name, entry in entries.items():
+            if not (path.parent / name).exists():
+                raise GeneratorError(f"{where.name}: {name} is not a committed report")
+            if not isinstance(entry, dict) or set(entry) - set(PROVENANCE_KEYS):
+                raise GeneratorError(f"{where.name}: {name}: keys are {', '.join(PROVENANCE_KEYS)}")
+        extra = entries.get(path.name, {})
+    if "execution" in extra and "execution" in report:
+        raise GeneratorError(f"{where.name}: {path.name} states its execution itself")
+    if "execution" not in report and not extra:
+        return None
+    shown = where.relative_to(SNIPPETS.parent).as_posix()
+    sha = report.get("source_sha") or {}
+    state = {True: "dirty", False: "clean"}.get(sha.get("dirty"), "dirty: unknown")
+    lines = [f"- `source_sha`: `{sha['sha'][:12]}` ({state})" if sha.get("sha")
+             else "- `source_sha`: not recorded"]
+    if "execution" in report:
+        lines.append(f"- `execution`: `{json.dumps(report['execution'])}`")
+    elif "execution" in extra:
+        lines.append(f"- `execution`: {extra['execution']} — stated in `{shown}`, not in the report")
+    if "source" in extra:
+        lines.append(f"- `{shown}`: {extra['source']}")
+    return "\n".join(lines)
 
 
 def _spread(stats: dict[str, Any], scale: float = 1.0, digits: int = 3) -> str:
@@ -70,18 +123,18 @@ def roofline_rows(report: dict[str, Any]) -> list[str]:
             f"| weights (bytes read per decode step) | {ours['weight_bytes'] / 1e9:.3f} GB |",
             f"| read bandwidth, best [median] of {len(bw['runs_gb_per_s'])} | "
             f"{bw['best_gb_per_s']:.1f} [{bw['median_gb_per_s']:.1f}] GB/s |",
-            f"| decode roofline (weights / best bandwidth) | {cmp['roofline_step_s'] * 1000:.1f} ms/step |"]
+            f"| decode roofline (weights / best bandwidth) | {_ms(cmp['roofline_step_s'])} ms/step |"]
     for batch in ours["decode"]:
         fractions = cmp["roofline_fraction"][batch], cmp["transformers_roofline_fraction"][batch]
         rows.append(f"| batch {batch}: roofline / step, ours / transformers | "
-                    f"{fractions[0]:.2f} / {fractions[1]:.2f} |")
+                    f"{_fraction(fractions[0])} / {_fraction(fractions[1])} |")
         for name, side in (("ours", ours), ("transformers", theirs)):
             floor = side.get("linear_floor", {}).get(batch)
             if floor:
                 all_s, head_s = floor["all_s"]["median"], floor["head_s"]["median"]
                 rows.append(f"| batch {batch}: every linear layer once, {name} (head alone) | "
-                            f"{all_s * 1000:.1f} ms = {floor['all_bytes'] / all_s / 1e9:.1f} GB/s "
-                            f"({head_s * 1000:.1f} ms = {floor['head_bytes'] / head_s / 1e9:.1f} GB/s) |")
+                            f"{_ms(all_s)} ms = {floor['all_bytes'] / all_s / 1e9:.1f} GB/s "
+                            f"({_ms(head_s)} ms = {floor['head_bytes'] / head_s / 1e9:.1f} GB/s) |")
     return rows
 
 
@@ -107,12 +160,23 @@ def target_rows(report: dict[str, Any]) -> list[str]:
     rows = ["| target | threshold | measured | met |", "|---|---:|---:|---|"]
     for name, t in report["targets"].items():
         sign = "<=" if name == "peak_memory" else ">="
-        value = "-" if t["value"] is None else f"{t['value']:.2f}"
+        value = "-" if t["value"] is None else _fraction(t["value"])
         met = "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")
         if not t.get("applies", True):
             met = "does not apply (the targets are set for CPU, float32)"
         rows.append(f"| {t['what']} | {sign} {t['threshold']} | {value} | {met} |")
     return rows
+
+
+def agreement_line(report: dict[str, Any]) -> str:
+    """Whether both sides' greedy tokens agreed: one flag, or each measurement's where some did not."""
+    cmp = report["comparison"]
+    if cmp["all_tokens_agree"]:
+        return "`tokens_agree=true` (greedy, every measurement)"
+    names = {"prefill": "prefill {} tokens", "decode": "decode batch {}"}
+    each = [f"{names.get(phase, phase + ' {}').format(key)} {str(agree).lower()}"
+            for phase, by_key in cmp["tokens_agree"].items() for key, agree in by_key.items()]
+    return f"`tokens_agree=false` (greedy; per measurement: {', '.join(each)})"
 
 
 def render(name: str) -> str:
@@ -121,11 +185,11 @@ def render(name: str) -> str:
     if not path.exists():
         return f"`{name}.json` is not committed yet (`python -m mini_deepinfer.bench --output ...`).\n"
     report = json.loads(path.read_text(encoding="utf-8"))
-    agree = report["comparison"]["all_tokens_agree"]
     makers = (timing_rows, roofline_rows, prefill_floor_rows, target_rows)
     tables = ["\n".join(rows) for rows in (make(report) for make in makers) if rows]
-    parts = [describe(report), *tables, f"`tokens_agree={str(agree).lower()}` (greedy, every measurement)"]
+    origin = provenance_block(path, report)
+    parts = [describe(report), *([origin] if origin else []), *tables, agreement_line(report)]
     return "\n\n".join(parts) + "\n"
 
 
-OUTPUTS = {f"bench/{name}.md": (lambda name=name: render(name)) for name in RESULTS}
+OUTPUTS = {f"bench/{name}.md": (lambda name=name: render(name)) for name in (*RESULTS, *GPU_RESULTS)}

@@ -19,6 +19,13 @@ files serve the Chinese and the English page and a reader can find each value in
 Whether the weights were random: a record may say so itself in ``model.weights``. Otherwise a model path
 ``weights/<preset>`` with a preset name of ``mini_deepinfer.random_checkpoint`` counts as a random
 checkpoint, because that is where the site's commands write one; any other path is "not stated".
+
+Provenance that a record does not carry: ``snippets/records/provenance.json`` (not a record itself) may
+give, per record file, ``model.weights`` and ``draft_model.weights`` (where the weights came from),
+``execution`` (how the rounds ran, for records written before the engine recorded it) and ``source`` (who
+measured it and what was done to the file). It only fills gaps, so the measured JSON stays exactly as the run
+wrote it: an entry for a file that is not committed, an unknown key, or a key the record already states is a
+GeneratorError. The page says which statements come from that file and not from the record.
 """
 
 from __future__ import annotations
@@ -35,13 +42,56 @@ from site_scripts.common import SNIPPETS, GeneratorError
 
 RECORDS = SNIPPETS / "records"
 RENDERED = "records/rendered"
+PROVENANCE = RECORDS / "provenance.json"
+PROVENANCE_KEYS = ("model.weights", "draft_model.weights", "execution", "source")
+FROM_PROVENANCE = "stated in `snippets/records/provenance.json`, not in the record"
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MISSING = "—"
 
 
 def record_files() -> list[Path]:
-    """The committed records, sorted by file name."""
-    return sorted(RECORDS.glob("*.json"))
+    """The committed records, sorted by file name (``provenance.json`` is not one)."""
+    return sorted(path for path in RECORDS.glob("*.json") if path != PROVENANCE)
+
+
+def provenance(path: Path) -> dict[str, str]:
+    """What ``provenance.json`` states about the record ``path`` (empty without an entry)."""
+    if not PROVENANCE.exists():
+        return {}
+    try:
+        entries = json.loads(PROVENANCE.read_text(encoding="utf-8")).get("records", {})
+    except (json.JSONDecodeError, AttributeError) as error:
+        raise GeneratorError(f"{PROVENANCE.name}: not a JSON object with 'records' ({error})") from None
+    names = {record.name for record in record_files()}
+    for name, entry in entries.items():
+        if name not in names:
+            raise GeneratorError(f"{PROVENANCE.name}: {name} is not a committed record")
+        if not isinstance(entry, dict) or set(entry) - set(PROVENANCE_KEYS) or not all(
+                isinstance(value, str) for value in entry.values()):
+            raise GeneratorError(f"{PROVENANCE.name}: {name}: keys are {', '.join(PROVENANCE_KEYS)}, "
+                                 f"values text; got {sorted(entry)}")
+    return dict(entries.get(path.name, {}))
+
+
+def stated(record: dict[str, Any], key: str) -> bool:
+    """Whether the record itself has ``key`` (``model.weights``: a dotted path)."""
+    value: Any = record
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
+
+
+def load_with_provenance(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The record and what ``provenance.json`` adds to it; GeneratorError where both state the same key."""
+    record, extra = load(path), provenance(path)
+    both = [key for key in extra if key != "source" and stated(record, key)]
+    if both:
+        raise GeneratorError(f"{PROVENANCE.name}: {path.name} states {', '.join(both)} itself")
+    if "draft_model.weights" in extra and "draft_model" not in record:
+        raise GeneratorError(f"{PROVENANCE.name}: {path.name} has no draft_model")
+    return record, extra
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -92,20 +142,23 @@ def entry_point(command: list[str]) -> str:
     return command[0] if command else MISSING
 
 
-def weights_label(model: dict[str, Any]) -> str:
-    """"random weights (...)" for a random checkpoint, what the record states, or "not stated"."""
+def weights_label(model: dict[str, Any], from_provenance: str | None = None) -> str:
+    """"random weights (...)" for a random checkpoint, what the record (or provenance.json) states, or
+    "not stated"."""
     from mini_deepinfer.tools.checkpoints import CHECKPOINT_PRESETS as PRESET_NAMES
 
     stated = model.get("weights")
     if isinstance(stated, str):
         return stated
+    if from_provenance is not None:
+        return f"{from_provenance} — {FROM_PROVENANCE}"
     path = PurePosixPath(str(model.get("path") or ""))
     if path.parent == PurePosixPath("weights") and path.name in PRESET_NAMES:
         return f"random weights (`python -m mini_deepinfer.random_checkpoint --preset {path.name}`)"
     return "not stated in the record"
 
 
-def model_line(model: dict[str, Any] | None) -> str:
+def model_line(model: dict[str, Any] | None, from_provenance: str | None = None) -> str:
     if not model:
         return MISSING
     count = model.get("parameter_count")
@@ -115,7 +168,7 @@ def model_line(model: dict[str, Any] | None) -> str:
         str(model.get("architecture") or MISSING),
         f"{count:,} parameters" if isinstance(count, int) else MISSING,
         str(model.get("dtype") or MISSING),
-        weights_label(model),
+        weights_label(model, from_provenance),
     ]
     return " · ".join(parts)
 
@@ -181,10 +234,21 @@ def timings_line(timings: dict[str, Any]) -> str:
     return f"load_s {seconds(timings.get('load_s'))} · run_s {seconds(timings.get('run_s'))}"
 
 
-def summary_list(record: dict[str, Any]) -> list[str]:
-    rows = [("model", model_line(record.get("model")))]
+def execution_line(record: dict[str, Any], extra: dict[str, str]) -> str | None:
+    """How the rounds ran: the record's ``execution``, else provenance.json's, else None (not known)."""
+    execution = record.get("execution")
+    if isinstance(execution, dict):
+        return cell(", ".join(f"{key}={json.dumps(value)}" for key, value in execution.items())) or MISSING
+    if "execution" in extra:
+        return f"{cell(extra['execution'])} — {FROM_PROVENANCE}"
+    return None
+
+
+def summary_list(record: dict[str, Any], extra: dict[str, str] | None = None) -> list[str]:
+    extra = extra or {}
+    rows = [("model", model_line(record.get("model"), extra.get("model.weights")))]
     if "draft_model" in record:
-        rows.append(("draft_model", model_line(record.get("draft_model"))))
+        rows.append(("draft_model", model_line(record.get("draft_model"), extra.get("draft_model.weights"))))
     rows += [
         ("device", device_line(record.get("device") or {})),
         ("source_sha", sha_line(record.get("source_sha") or {})),
@@ -196,7 +260,13 @@ def summary_list(record: dict[str, Any]) -> list[str]:
     check_rows = [(f"checks.{name}", check_line(result)) for name, result in checks.items()]
     rows += check_rows or [("checks", "none")]
     rows.append(("timings", timings_line(record.get("timings") or {})))
-    return [f"- `{key}`: {value}" for key, value in rows]
+    execution = execution_line(record, extra)
+    if execution is not None:
+        rows.append(("execution", execution))
+    lines = [f"- `{key}`: {value}" for key, value in rows]
+    if "source" in extra:
+        lines.append(f"- `{PROVENANCE.relative_to(SNIPPETS.parent).as_posix()}`: {cell(extra['source'])}")
+    return lines
 
 
 def request_block(index: int, request: dict[str, Any], first_token_s: Any) -> list[str]:
@@ -230,10 +300,10 @@ def config_block(config: dict[str, Any]) -> list[str]:
 
 def render_record(path: Path) -> str:
     """The Markdown block of one record."""
-    record = load(path)
+    record, extra = load_with_provenance(path)
     command = [str(part) for part in record.get("command") or []]
     lines = [f"### {path.stem} {{#{path.stem}}}", "", fence(command_lines(command), "bash"), ""]
-    lines += summary_list(record)
+    lines += summary_list(record, extra)
     first_token = (record.get("timings") or {}).get("first_token_s") or []
     for index, request in enumerate(record.get("requests") or []):
         first = first_token[index] if index < len(first_token) else None
@@ -246,12 +316,13 @@ def render_record(path: Path) -> str:
 
 
 def index_row(path: Path) -> str:
-    record = load(path)
+    record, extra = load_with_provenance(path)
     model = record.get("model") or {}
-    weights = weights_label(model)
+    weights = weights_label(model, extra.get("model.weights"))
     model_cell = " · ".join([
         str(model.get("architecture") or MISSING), str(model.get("dtype") or MISSING),
-        "random weights" if weights.startswith("random weights") else weights,
+        ("random weights" if weights.startswith("random weights") else weights)
+        + (" (provenance.json)" if "model.weights" in extra else ""),
     ])
     requests = record.get("requests") or []
     reasons = ", ".join(sorted({str(request.get("finish_reason")) for request in requests})) or MISSING

@@ -299,3 +299,83 @@ def test_package_version_is_none_without_metadata_or_pyproject(
 ) -> None:
     pyproject_beside_package(tmp_path, monkeypatch, "not toml [")
     assert package_version() is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The site's rendering of committed records (site_scripts/gen_records.py) and its provenance file.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def committed_records(folder: Path, monkeypatch: pytest.MonkeyPatch, provenance: dict | None = None):
+    """gen_records pointed at ``folder``, holding one record (path ``weights/Qwen3.5-2B``, no weights key)."""
+    from site_scripts import gen_records
+
+    record = filled_record().to_dict()
+    record["model"]["path"] = "weights/Qwen3.5-2B"
+    (folder / "gpu-run.json").write_text(json.dumps(record), encoding="utf-8")
+    if provenance is not None:
+        (folder / "provenance.json").write_text(json.dumps({"records": provenance}), encoding="utf-8")
+    monkeypatch.setattr(gen_records, "RECORDS", folder)
+    monkeypatch.setattr(gen_records, "PROVENANCE", folder / "provenance.json")
+    monkeypatch.setattr(gen_records, "SNIPPETS", folder.parent)
+    return gen_records
+
+
+def test_a_record_that_does_not_say_where_its_weights_came_from_is_rendered_as_not_stated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gen_records = committed_records(tmp_path, monkeypatch)
+    block = gen_records.render_record(tmp_path / "gpu-run.json")
+    assert "not stated in the record" in block and "execution" not in block.split("**`requests")[0]
+
+
+def test_provenance_fills_what_a_record_does_not_state_and_says_where_it_comes_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry = {"model.weights": "random weights (seed 0)", "execution": "eager", "source": "shared run"}
+    gen_records = committed_records(tmp_path, monkeypatch, {"gpu-run.json": entry})
+    assert [path.name for path in gen_records.record_files()] == ["gpu-run.json"]  # provenance is no record
+    block = gen_records.render_record(tmp_path / "gpu-run.json")
+    assert f"random weights (seed 0) — {gen_records.FROM_PROVENANCE}" in block
+    assert f"- `execution`: eager — {gen_records.FROM_PROVENANCE}" in block
+    assert "shared run" in block
+    assert "random weights (provenance.json)" in gen_records.render_index()
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"model.weights": "x"}, "is not a committed record"),  # under another file name, below
+    ({"weights": "x"}, "keys are"),
+    ({"draft_model.weights": "x"}, "has no draft_model"),
+    ({"timings": "x"}, "keys are"),
+])
+def test_provenance_never_names_a_missing_record_an_unknown_key_or_a_missing_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: dict, message: str
+) -> None:
+    from site_scripts.common import GeneratorError
+
+    name = "other.json" if message == "is not a committed record" else "gpu-run.json"
+    gen_records = committed_records(tmp_path, monkeypatch, {name: entry})
+    with pytest.raises(GeneratorError, match=message):
+        gen_records.render_record(tmp_path / "gpu-run.json")
+
+
+def test_provenance_cannot_override_what_the_record_states(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from site_scripts.common import GeneratorError
+
+    gen_records = committed_records(tmp_path, monkeypatch, {"gpu-run.json": {"model.weights": "random"}})
+    record = json.loads((tmp_path / "gpu-run.json").read_text(encoding="utf-8"))
+    record["model"]["weights"] = "Qwen/Qwen3.5-2B (Hugging Face)"
+    (tmp_path / "gpu-run.json").write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(GeneratorError, match="states model.weights itself"):
+        gen_records.render_record(tmp_path / "gpu-run.json")
+
+
+def test_a_record_with_an_execution_entry_shows_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gen_records = committed_records(tmp_path, monkeypatch)
+    record = json.loads((tmp_path / "gpu-run.json").read_text(encoding="utf-8"))
+    record["execution"] = {"graphs": True, "captured": True, "rounds": {"graph": 3, "eager": 1}}
+    (tmp_path / "gpu-run.json").write_text(json.dumps(record), encoding="utf-8")
+    block = gen_records.render_record(tmp_path / "gpu-run.json")
+    assert '- `execution`: graphs=true, captured=true, rounds={"graph": 3, "eager": 1}' in block
