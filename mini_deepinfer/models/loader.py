@@ -103,14 +103,14 @@ def checkpoint_folder(path: str | Path) -> Path:
     return folder
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """Read a JSON object from ``path``."""
+def read_json(path: Path, error: type[Exception] = InvalidConfigError) -> dict[str, Any]:
+    """Read a JSON object from ``path``; a file that is not one raises ``error`` with a one-line message."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidConfigError(f"corrupt JSON file {path}: {exc}") from exc
+        raise error(f"corrupt JSON file {path}: {exc}") from exc
     if not isinstance(data, dict):
-        raise InvalidConfigError(f"corrupt JSON file {path}: expected an object at the top level")
+        raise error(f"corrupt JSON file {path}: expected an object at the top level")
     return data
 
 

