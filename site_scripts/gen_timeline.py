@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from site_scripts import picture_labels
 from site_scripts.common import SNIPPETS
 from site_scripts.svg_figure import draw_svg, new_figure
 
@@ -25,18 +26,6 @@ LANGUAGES = ("zh", "en")
 SHOWN_ROUNDS = 5  # steady rounds per mode
 FIRST_SHOWN = 4  # the first rounds fill the batch and warm caches: start a few rounds in
 COLORS = {"launch": "#1f77b4", "read": "#d62728", "engine": "#9e9e9e", "device": "#2ca02c"}
-LABELS = {
-    "zh": {"synchronous": "同步", "cross_round": "跨轮", "host": "主机", "device": "设备",
-           "launch": "launch（发出）", "read": "read（等待 token）", "engine": "引擎自己的工作",
-           "gpu": "设备上的这一轮", "ms": "毫秒（从所示第一轮开始）",
-           "no_device": "CPU：没有单独的设备，计算在 launch 里",
-           "title": "{device}，{mode}：每轮的主机与设备时间"},
-    "en": {"synchronous": "synchronous", "cross_round": "cross-round", "host": "host", "device": "device",
-           "launch": "launch", "read": "read (waiting for tokens)", "engine": "the engine's own work",
-           "gpu": "the round on the device", "ms": "ms (from the first round shown)",
-           "no_device": "CPU: no separate device, the work is inside launch",
-           "title": "{device}, {mode}: host and device time per round"},
-}
 
 
 def timeline_reports() -> dict[str, Path]:
@@ -81,7 +70,7 @@ def draw_mode(ax: Any, rounds: list[dict[str, Any]], words: dict[str, str]) -> N
 
 def timeline(path: Path, lang: str) -> str:
     report = json.loads(path.read_text(encoding="utf-8"))
-    words = LABELS[lang]
+    words = picture_labels.MEASURED_TIMELINE[lang]
     device = report["device"]["name"] if report["device"]["type"] != "cpu" else "CPU"
 
     def draw() -> Any:

@@ -192,3 +192,34 @@ def test_deepinfer_lines_match_the_unpacked_sdist(entry: dict) -> None:
         lines = (root / ref["file"]).read_text(encoding="utf-8").splitlines()
         assert ref["line"] <= len(lines), ref
         assert _expected_on_line(ref) in lines[ref["line"] - 1], ref
+
+
+SITE_PAGES = sorted((ROOT / "docs").rglob("*.md"))
+CITED_FILE_LINE = re.compile(rf"`(?P<file>{DEEPINFER_FILE}):(?P<line>\d+)(?:-(?P<last>\d+))?")
+
+
+def test_every_page_cites_deepinfer_files_and_lines_that_exist() -> None:
+    """Beyond the mapping page, lessons and notes cite ``file:line`` too: each file must exist in the sdist
+    and each line (or range) must lie inside it."""
+    root = _unpacked_sdist()
+    problems = []
+    for path in SITE_PAGES:
+        for m in CITED_FILE_LINE.finditer(path.read_text(encoding="utf-8")):
+            cited = root / m["file"]
+            if not cited.is_file():
+                problems.append(f"{rel(path)}: {m['file']} is not in the sdist")
+                continue
+            length = len(cited.read_text(encoding="utf-8").splitlines())
+            if int(m["last"] or m["line"]) > length:
+                problems.append(f"{rel(path)}: {m.group(0)[1:]} is past the end ({length} lines)")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_page_names_our_files_that_exist() -> None:
+    problems = [
+        f"{rel(path)}: {m['file']}"
+        for path in SITE_PAGES
+        for m in CODE_FILE.finditer(path.read_text(encoding="utf-8"))
+        if not (ROOT / m["file"]).is_file()
+    ]
+    assert not problems, "these files do not exist:\n" + "\n".join(problems)

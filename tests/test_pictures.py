@@ -1,11 +1,12 @@
 """The site's pictures: regenerated from the traces they show, readable in both languages, and on their pages.
 
-Scope: every SVG that ``site_scripts/gen_pictures.py`` writes into ``docs/assets/pictures/`` equals what its
-drawing gives today (so a picture can never drift from the engine); each is a small, non-empty SVG whose words
-are text in the picture's language; each is shown on a Chinese page and on its English twin with alt text in
-that page's language. The drawing code is also checked on small hand-made traces, so a change to a demo
-cannot hide a mistake in it. Non-scope: how a browser renders the pictures (``tests/test_browser.py`` opens
-every page and fails on a missing file).
+Scope: every SVG that ``site_scripts/gen_pictures.py`` (traces, benchmark charts) and
+``site_scripts/gen_timeline.py`` (measured round timelines) write into ``docs/assets/pictures/`` equals what
+its drawing gives today (so a picture can never drift from the engine); each is a small, non-empty SVG whose
+words are text in the picture's language; each is shown on a Chinese page and on its English twin with alt
+text in that page's language. The drawing code is also checked on small hand-made traces, so a change to a
+demo cannot hide a mistake in it. Non-scope: how a browser renders the pictures (``tests/test_browser.py``
+opens every page and fails on a missing file).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from xml.etree import ElementTree
 import pytest
 
 from mini_deepinfer.core.trace import TraceEvent
-from site_scripts import gen_pictures, picture_labels, pictures
+from site_scripts import gen_pictures, gen_timeline, picture_labels, pictures
 from site_scripts.common import ROOT
 from site_scripts.regenerate import collect_outputs
 
@@ -27,6 +28,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 CJK = re.compile(r"[\u3400-\u9fff\uff00-\uffef]")
 IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]*assets/pictures/(?P<name>[\w.-]+)\.svg)\)")
 MAX_BYTES = 150_000
+DRAWN = {**gen_pictures.OUTPUTS, **gen_timeline.OUTPUTS}  # file name -> its drawing
 LABELS = {
     "abc-rounds": picture_labels.ABC,
     "cross-round-timeline": picture_labels.TIMELINE,
@@ -36,6 +38,7 @@ LABELS = {
     "bench-speculative": picture_labels.SPECULATIVE_CHART,
     "bench-transformers": picture_labels.TRANSFORMERS_CHART,
     "bench-cpu": picture_labels.TRANSFORMERS_CHART,  # cpu-<preset>.json: ours against transformers
+    "timeline": picture_labels.MEASURED_TIMELINE,  # timeline-<rounds report>
 }
 LABEL_SETS = sorted({id(v): (k, v) for k, v in LABELS.items()}.values())
 
@@ -58,6 +61,11 @@ def picture_name(file_name: str) -> tuple[str, str]:
     return stem, lang
 
 
+def picture_names() -> set[str]:
+    """Every picture a generator draws, without its language: ``abc-rounds``."""
+    return {picture_name(path)[0] for path in DRAWN}
+
+
 def page_images(page: Path) -> list[tuple[str, str]]:
     """(picture name, alt text) of every picture a page shows, in order."""
     return [(m["name"], m["alt"]) for m in IMAGE.finditer(page.read_text(encoding="utf-8"))]
@@ -71,25 +79,25 @@ def en_twin(page: Path) -> Path:
     return page.with_name(page.name[: -len(".md")] + ".en.md")
 
 
-@pytest.mark.parametrize("path", sorted(gen_pictures.OUTPUTS))
+@pytest.mark.parametrize("path", sorted(DRAWN))
 def test_each_picture_regenerated_from_its_trace_equals_the_committed_file(path: str) -> None:
     committed = PICTURES_DIR / path
-    assert committed.is_file(), f"{path} is missing; run `python -m site_scripts.regenerate --only pictures`"
-    drawn = gen_pictures.OUTPUTS[path]()
+    assert committed.is_file(), f"{path} is missing; run `python -m site_scripts.regenerate`"
+    drawn = DRAWN[path]()
     assert drawn == committed.read_text(encoding="utf-8"), (
         f"{path} differs from what its trace draws today; run `python -m site_scripts.regenerate`")
 
 
 def test_every_committed_picture_has_a_generator() -> None:
-    assert sorted(p.name for p in PICTURES_DIR.glob("*.svg")) == sorted(gen_pictures.OUTPUTS)
+    assert sorted(p.name for p in PICTURES_DIR.glob("*.svg")) == sorted(DRAWN)
 
 
 def test_the_pictures_are_written_into_the_docs_folder_that_the_site_serves() -> None:
-    paths = collect_outputs(["gen_pictures"])
+    paths = collect_outputs(["gen_pictures", "gen_timeline"])
     assert paths and all(p.startswith("docs/assets/pictures/") for p in paths)
 
 
-@pytest.mark.parametrize("path", sorted(gen_pictures.OUTPUTS))
+@pytest.mark.parametrize("path", sorted(DRAWN))
 def test_each_picture_is_a_small_svg_whose_words_are_text(path: str) -> None:
     svg = (PICTURES_DIR / path).read_text(encoding="utf-8")
     assert 0 < len(svg.encode("utf-8")) <= MAX_BYTES
@@ -100,13 +108,13 @@ def test_each_picture_is_a_small_svg_whose_words_are_text(path: str) -> None:
     assert "<dc:date>" not in svg, "a date in the file would change it on every build"
 
 
-@pytest.mark.parametrize("path", sorted(gen_pictures.OUTPUTS))
+@pytest.mark.parametrize("path", sorted(DRAWN))
 def test_each_picture_shows_its_labels_in_its_own_language(path: str) -> None:
     name, lang = picture_name(path)
     texts = svg_texts((PICTURES_DIR / path).read_text(encoding="utf-8"))
     shown = "\n".join(texts)
     labels = labels_of(name)[lang]
-    title_lines = labels["title"].split("\n")
+    title_lines = [line for line in labels["title"].split("\n") if "{" not in line]  # fixed ones
     assert all(line in shown for line in title_lines), f"{path} lacks its title"
     if lang == "zh":
         assert CJK.search(shown), f"{path} has no Chinese text"
@@ -114,6 +122,7 @@ def test_each_picture_shows_its_labels_in_its_own_language(path: str) -> None:
         assert not CJK.search(shown), f"{path} has Chinese text: {CJK.findall(shown)[:5]}"
 
 
+# the trace pictures (charts and timelines draw measured numbers, their words are formatted)
 @pytest.mark.parametrize("path", [p for p in sorted(gen_pictures.OUTPUTS) if not p.startswith("bench-")])
 def test_every_fixed_label_of_a_trace_picture_appears_in_it(path: str) -> None:
     name, lang = picture_name(path)
@@ -135,7 +144,7 @@ def test_every_picture_is_shown_on_a_zh_page_and_on_its_en_twin() -> None:
         if en_twin(page).exists():
             shown["en"].update(n for n, _ in page_images(en_twin(page)))
     for lang in ("zh", "en"):
-        assert not set(gen_pictures.PICTURES) - shown[lang], f"pictures shown on no {lang} page"
+        assert not picture_names() - shown[lang], f"pictures shown on no {lang} page"
 
 
 @pytest.mark.parametrize("page", [p for p in zh_pages() if page_images(p)], ids=lambda p: p.name)
@@ -143,7 +152,7 @@ def test_twin_pages_show_the_same_pictures_with_alt_text_in_their_language(page:
     zh, en = page_images(page), page_images(en_twin(page))
     assert [n for n, _ in zh] == [n for n, _ in en]
     for name, alt in zh:
-        assert name in gen_pictures.PICTURES, f"{page.name} shows {name}.svg, which no generator draws"
+        assert name in picture_names(), f"{page.name} shows {name}.svg, which no generator draws"
         assert CJK.search(alt), f"{page.name}: the alt text of {name} is not Chinese"
     for name, alt in en:
         assert alt.strip() and not CJK.search(alt), f"{en_twin(page).name}: alt text of {name} is not English"

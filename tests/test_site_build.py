@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -75,3 +76,30 @@ def test_mermaid_is_served_by_the_site_itself(site: Path) -> None:
     text = (site / "index.html").read_text(encoding="utf-8")
     assert 'src="javascripts/mermaid.min.js"' in text
     assert "cdn.jsdelivr" not in text and "fonts.googleapis" not in text
+
+
+HREF = re.compile(r'(?:href|src)="(?P<url>[^"]*)"')
+# absolute links (the 404 page's, the home link) start with the path of site_url
+SITE_URL = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)[1]
+SITE_PATH = urlsplit(SITE_URL).path
+
+
+def test_every_internal_link_of_the_built_site_resolves(site: Path) -> None:
+    """The strict build checks links in Markdown pages; notebooks are rendered by nbconvert, whose links
+    mkdocs neither checks nor rewrites, so this checks every page's built links to a file of the site."""
+    problems = set()
+    for page in site.rglob("*.html"):
+        for match in HREF.finditer(page.read_text(encoding="utf-8")):
+            url = html.unescape(match["url"]).split("#")[0].split("?")[0]
+            if not url or re.match(r"[a-z][a-z0-9+.-]*:|//", url):
+                continue  # same page, or another site
+            if url.startswith("/"):
+                assert url.startswith(SITE_PATH), f"{page.relative_to(site)}: {url} is outside the site"
+                target = site / url.removeprefix(SITE_PATH).lstrip("/")
+            else:
+                target = page.parent / url
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                problems.add(f"{page.relative_to(site)}: {match['url']}")
+    assert not problems, "links to nothing:\n" + "\n".join(sorted(problems))
