@@ -1,6 +1,7 @@
 """What the site's scripts share: where things are, how a demo command runs, and the generators' error.
 
-Scope: the repository root and ``snippets/`` folder, :class:`GeneratorError`, :func:`command_env` (the
+Scope: the repository root and ``snippets/`` folder, :class:`GeneratorError`, :class:`MachineDependent` (the
+outputs whose digits depend on the machine's arithmetic), :func:`command_env` (the
 environment of every command a generator or a doc test runs), :func:`run_module` and :func:`run_shell` (a
 command run exactly as the doc tests run it), and :func:`span` (positions as text, as the engine's trace
 prints them). Non-scope: finding and checking generators (``regenerate.py``), what any snippet says (its
@@ -12,12 +13,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from mini_deepinfer.core.trace import span
 
-__all__ = ["ROOT", "SNIPPETS", "GeneratorError", "command_env", "run_module", "run_shell", "span"]
+__all__ = [
+    "ROOT", "SNIPPETS", "GeneratorError", "MachineDependent",
+    "command_env", "run_module", "run_shell", "span",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = ROOT / "snippets"
@@ -26,6 +31,27 @@ COMMAND_TIMEOUT_S = 1800
 
 class GeneratorError(RuntimeError):
     """A generator module is malformed, or a command it ran failed."""
+
+
+@dataclass(frozen=True)
+class MachineDependent:
+    """Outputs whose last digits depend on the machine that computes them, and what must hold on any machine.
+
+    Half-precision sums on a CPU round in an order set by its vector instructions (which kernels ATen and
+    oneDNN pick), so the same code prints other digits on another CPU. ``regenerate --check`` compares these
+    outputs exactly only where the line of ``record`` (an output naming the kernels) is the committed one;
+    elsewhere it checks ``claims`` on the numbers this machine computes instead.
+
+    Attributes:
+        record: the output (a path in the generator's ``OUTPUTS``) that names what the digits depend on.
+        outputs: the outputs whose digits depend on it.
+        claims: returns the statements of the pages that do not hold on this machine's numbers (empty: all
+            hold).
+    """
+
+    record: str
+    outputs: tuple[str, ...]
+    claims: Callable[[], list[str]]
 
 
 def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

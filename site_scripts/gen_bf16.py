@@ -5,7 +5,9 @@ way the loader casts a checkpoint) and four random prompts. For each dtype it me
 thread: the largest logit difference to float32 on the same tokens, how often the next-token argmax still
 agrees, chunked against whole prefill within the dtype, and greedy generation through the engine (against
 float32, and chunked against whole prefill). It also lists the dtypes of the hybrid cache's tensors and reads
-the tolerances the parity tests use out of their source, so the page cannot drift from them.
+the tolerances the parity tests use out of their source, so the page cannot drift from them. The
+half-precision digits depend on the CPU's kernels: ``kernels.txt`` names them, and on a CPU with other
+kernels ``--check`` checks the pages' statements (:func:`claims_failing_here`) instead of the digits.
 Non-scope: explaining the numbers (the pages do), real weights, accelerators.
 """
 
@@ -13,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -26,7 +30,7 @@ from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM, ForwardBatch
 from mini_deepinfer.runtime.factory import new_cache
 from mini_deepinfer.runtime.model_runner import ModelRunner
-from site_scripts.common import ROOT, GeneratorError
+from site_scripts.common import ROOT, GeneratorError, MachineDependent
 
 CONFIG = Qwen35Config(
     vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=8, num_attention_heads=4,
@@ -41,6 +45,7 @@ CHUNK_SIZES = (1, 7, 16, 64)  # prefill chunk sizes compared with whole prefill 
 ENGINE_BUDGET = 7  # token budget per round of the engine's chunked-prefill run
 CAPACITY = 1024
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+T = TypeVar("T")
 
 # (test file, test function): the parity tests whose bounds the page lists
 PARITY, MODES = "tests/test_qwen3_5_parity.py", "tests/test_engine_modes_qwen.py"
@@ -57,11 +62,11 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def one_thread(function: Callable[[], str]) -> Callable[[], str]:
+def one_thread(function: Callable[[], T]) -> Callable[[], T]:
     """Run ``function`` on one CPU thread (a fixed order of float sums, hence fixed digits), then restore."""
 
     @functools.wraps(function)
-    def run() -> str:
+    def run() -> T:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -241,6 +246,46 @@ def setup() -> str:
     )
 
 
+def kernels() -> str:
+    """The line naming what the half-precision digits depend on: the CPU's vector kernels and torch's version.
+
+    ATen picks its elementwise and reduction kernels by the CPU's vector instructions, and a half-precision
+    matrix product goes to oneDNN only on CPUs with native bfloat16 / float16 instructions; either changes the
+    order of the sums, hence the last digits. The two ``mkldnn`` ops are private: no public API says which
+    kernel a half-precision matmul gets.
+    """
+    native = [name for name, supported in (
+        ("bfloat16", torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        ("float16", torch.ops.mkldnn._is_mkldnn_fp16_supported()),
+    ) if supported]
+    return (f"kernels   {platform.machine()}, ATen {torch.backends.cpu.get_cpu_capability()}, oneDNN "
+            f"half-precision matmul: {', '.join(native) or 'none'}; torch {torch.__version__}\n")
+
+
+def claims_failing_here() -> list[str]:
+    """The pages' statements about the two tables, checked on this machine's numbers: those that fail."""
+    fp32, bf16, fp16 = (measure(dtype) for dtype in DTYPES)
+
+    def chunk_diff(dtype: torch.dtype, size: int) -> float:
+        return max_abs_diff(logits(dtype), logits(dtype, size))
+
+    holds = {
+        "bfloat16 moves the logits more than float16": bf16.diff_vs_fp32 > fp16.diff_vs_fp32,
+        "the logits move by a small fraction (under 5%) of their scale":
+            max(bf16.relative, fp16.relative) < 0.05,
+        "an argmax flips only where float32's two best logits are closer than twice the largest difference":
+            all(r.widest_flipped_gap is None or r.widest_flipped_gap < 2 * r.diff_vs_fp32
+                for r in (bf16, fp16)),
+        "in float32, chunked and whole prefill differ only by float32 rounding (under 1e-5)":
+            all(chunk_diff(torch.float32, size) < 1e-5 for size in CHUNK_SIZES),
+        "in float32, chunked prefill gives the greedy tokens of whole prefill":
+            fp32.chunked_greedy_same == len(PROMPT_LENS),
+        "token-by-token bfloat16 differs from whole prefill about as much (at least a quarter as much) as "
+        "bfloat16 from float32": chunk_diff(torch.bfloat16, 1) >= bf16.diff_vs_fp32 / 4,
+    }
+    return [claim for claim, held in holds.items() if not held]
+
+
 def cache_listing() -> str:
     """The tensors of a HybridCache for the bfloat16 model: one layer of each kind."""
     cache = HybridCache(CONFIG, 8, 2, torch.bfloat16, "cpu")
@@ -306,8 +351,15 @@ def tolerances() -> str:
 
 OUTPUTS: dict[str, Callable[[], str]] = {
     "bf16/setup.txt": setup,
+    "bf16/kernels.txt": kernels,
     "bf16/table.md": one_thread(table),
     "bf16/chunks.md": one_thread(chunks_table),
     "bf16/cache.txt": cache_listing,
     "bf16/tolerances.md": tolerances,
 }
+
+MACHINE_DEPENDENT = MachineDependent(
+    record="bf16/kernels.txt",
+    outputs=("bf16/table.md", "bf16/chunks.md"),
+    claims=one_thread(claims_failing_here),
+)

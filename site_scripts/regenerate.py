@@ -15,6 +15,9 @@ The convention for generators:
 * Most snippets are the terminal output of a demo command; :func:`run_module` runs one the way the doc tests
   do (same environment), so a page's command and its included output agree.
 * Each path belongs to exactly one generator.
+* A generator whose digits depend on the machine's arithmetic (half-precision sums on a CPU) sets
+  ``MACHINE_DEPENDENT`` to a :class:`~site_scripts.common.MachineDependent`: ``--check`` compares those
+  outputs exactly on a machine like the one that wrote them, and checks the pages' claims on any other.
 
 Usage::
 
@@ -32,7 +35,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 
-from site_scripts.common import ROOT, GeneratorError
+from site_scripts.common import ROOT, GeneratorError, MachineDependent
 
 OUTPUT_DIRS = ("snippets", "docs/assets/pictures")  # where generators may write, relative to ROOT
 PACKAGE = "site_scripts"
@@ -81,6 +84,48 @@ def collect_outputs(names: Sequence[str]) -> dict[str, tuple[str, Generator]]:
     return found
 
 
+def machine_dependent(names: Sequence[str]) -> list[MachineDependent]:
+    """Each generator's ``MACHINE_DEPENDENT`` (if it sets one), with paths relative to the repository root."""
+    groups = []
+    for name in names:
+        module = importlib.import_module(f"{PACKAGE}.{name}")
+        group = getattr(module, "MACHINE_DEPENDENT", None)
+        if group is None:
+            continue
+        if not isinstance(group, MachineDependent):
+            raise GeneratorError(f"{name}: MACHINE_DEPENDENT must be a MachineDependent")
+        unknown = [p for p in (group.record, *group.outputs) if p not in module.OUTPUTS]
+        if unknown:
+            raise GeneratorError(f"{name}: MACHINE_DEPENDENT names outputs it does not write: {unknown}")
+        folder = getattr(module, "OUTPUT_DIR", "snippets")
+        groups.append(MachineDependent(
+            f"{folder}/{group.record}", tuple(f"{folder}/{p}" for p in group.outputs), group.claims
+        ))
+    return groups
+
+
+def set_aside_other_machine(
+    texts: Mapping[str, str], groups: Sequence[MachineDependent]
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """Check each group's claims; set aside from exact comparison the groups written on another machine.
+
+    Returns the texts to compare exactly, one note per group set aside, and the claims that fail here.
+    """
+    compared, notes, broken = dict(texts), [], []
+    for group in groups:
+        broken += [f"{group.record}: {claim}" for claim in group.claims()]
+        target = ROOT / group.record
+        committed = target.read_text(encoding="utf-8").strip() if target.exists() else None
+        here = texts[group.record].strip()
+        if committed is None or committed == here:
+            continue  # same machine (or nothing committed yet): every digit is compared
+        for path in (group.record, *group.outputs):
+            compared.pop(path)
+        notes.append(f"{group.record}: written on `{committed}`, this machine is `{here}`; the digits of "
+                     f"{', '.join(group.outputs)} were not compared, only the pages' claims")
+    return compared, notes, broken
+
+
 def render(outputs: Mapping[str, tuple[str, Generator]]) -> dict[str, str]:
     """Call every generator function; returns path -> text."""
     texts: dict[str, str] = {}
@@ -120,6 +165,22 @@ def write(texts: Mapping[str, str], changed: Sequence[str]) -> None:
         target.write_text(texts[path], encoding="utf-8", newline="\n")
 
 
+def check(texts: Mapping[str, str], groups: Sequence[MachineDependent], generators: int) -> int:
+    """``--check``: print what is stale (and what was not compared, and why); returns the exit code."""
+    compared, notes, broken = set_aside_other_machine(texts, groups)
+    diffs = stale(compared)
+    for diff in diffs.values():
+        sys.stdout.write(diff)
+    for line in notes + [f"claim fails: {claim}" for claim in broken]:
+        print(line)
+    if diffs:
+        print(f"{len(diffs)} of {len(texts)} snippets are stale; run `python -m site_scripts.regenerate`")
+    if diffs or broken:
+        return 1
+    print(f"{len(texts)} snippets from {generators} generators are current")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m site_scripts.regenerate",
@@ -140,18 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         texts = render(collect_outputs(names))
+        groups = machine_dependent(names)
     except GeneratorError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    diffs = stale(texts)
     if args.check:
-        for diff in diffs.values():
-            sys.stdout.write(diff)
-        if diffs:
-            print(f"{len(diffs)} of {len(texts)} snippets are stale; run `python -m site_scripts.regenerate`")
-            return 1
-        print(f"{len(texts)} snippets from {len(names)} generators are current")
-        return 0
+        return check(texts, groups, len(names))
+    diffs = stale(texts)
     write(texts, list(diffs))
     for path in diffs:
         print(f"wrote {path}")
