@@ -15,12 +15,13 @@ from .core.engine import Engine, EngineConfig
 from .core.request import SamplingParams
 from .core.toy import ToyRunner
 from .core.trace import Trace, TraceEvent, format_event
+from .tools.cli import OneLineParser, UsageError, in_flag_terms, run_command
 
 QUIET_KINDS = {"launch", "read"}  # shown only with --pipeline, where their order is the point
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m mini_deepinfer",
         description="Run two toy requests (next token = last input + 1) through Engine.step().")
     parser.add_argument("--slots", type=int, default=8, help="KV slots in the cache (default 8)")
@@ -53,18 +54,19 @@ def run_demo(args: argparse.Namespace, print_line=print) -> Engine:
 # --8<-- [end:demo]
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.cancel not in (None, "req-0", "req-1"):
-        print(f"error: --cancel must be req-0 or req-1, got {args.cancel!r}", file=sys.stderr)
-        return 2
-    try:
-        print(f"Toy model: next token = last input + 1. KV slots: {args.slots}.")
-        run_demo(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--cancel must be req-0 or req-1, got {args.cancel!r}")
+    with in_flag_terms({"kv_capacity": "--slots"}):
+        EngineConfig(kv_capacity=args.slots)  # checks --slots before anything is printed
+    print(f"Toy model: next token = last input + 1. KV slots: {args.slots}.")
+    run_demo(args)  # a request that never fits the cache: one line, exit code 2 (run_command)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(run, argv)
 
 
 if __name__ == "__main__":

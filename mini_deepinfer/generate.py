@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
 from mini_deepinfer.core.request import Request, SamplingParams
-from mini_deepinfer.tools.cli import OneLineParser, UsageError, in_flag_terms, run_command
+from mini_deepinfer.tools.cli import (
+    OneLineParser,
+    UsageError,
+    add_execution_options,
+    execution_choice,
+    in_flag_terms,
+    run_command,
+)
 
 if TYPE_CHECKING:
     from mini_deepinfer.core.engine import Engine
@@ -62,11 +69,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--stagger-prompts", action="store_true", help="prompts arrive one round apart")
     p.add_argument("--pipeline", action="store_true",
                    help="cross-round execution: launch round N+1 before reading round N")
-    execution = p.add_mutually_exclusive_group()
-    execution.add_argument("--graphs", action="store_true",
-                           help="run greedy decode rounds as captured graphs (cuda, npu; on cpu the same "
-                                "static buffers, without capture)")
-    execution.add_argument("--eager", action="store_true", help="never run rounds as graphs")
+    add_execution_options(p)
     p.add_argument("--trace-rounds", action="store_true", help="print every round's schedule and cache")
     p.add_argument("--stream", action="store_true", help="print text as it is committed")
     p.add_argument("--cancel-after-tokens", type=int, metavar="N",
@@ -160,7 +163,7 @@ def resolve_options(argv: list[str]) -> Options:
         options.draft_model, options.speculative = str(a.draft_model), True
         options.draft_width = DEFAULT_DRAFT_WIDTH if a.draft_width is None else a.draft_width
     options.check_greedy = a.check_greedy
-    options.graphs = True if a.graphs else False if a.eager else None
+    options.graphs = execution_choice(a)
     return options
 
 
@@ -263,8 +266,8 @@ class Printer:
 
         self.options, self.text, self.file = options, text, file or sys.stdout
         self.many = len(request_ids) > 1
-        self.streams = {rid: StreamDetokenizer(text.tokenizer, skip_special_tokens=True) for rid in
-        request_ids}
+        self.streams = {rid: StreamDetokenizer(text.tokenizer, skip_special_tokens=True)
+                        for rid in request_ids}
 
     def write(self, text: str) -> None:
         self.file.write(text)
@@ -365,12 +368,13 @@ def execution_info(engine: Engine) -> dict:
 
 
 def run(argv: list[str]) -> int:
-    """Every input is checked once, before the weights load: flags, the text layer, the prompts."""
+    """Flags, the text layer and the prompts are checked before the weights load; whether each prompt fits
+    the cache and the budget is checked by the engine (``new_request``) before any round runs."""
     options = resolve_options(argv)
+    from mini_deepinfer.runtime.factory import check_draft
+
     with in_flag_terms(FLAGS):
         config = options.engine_config()
-        from mini_deepinfer.runtime.factory import check_draft
-
         check_draft(config, options.speculative)  # again in build_engine; here before anything loads
     if options.output:
         from mini_deepinfer.tools.records import check_output_path
@@ -386,7 +390,7 @@ def run(argv: list[str]) -> int:
     from mini_deepinfer.runtime.factory import build_engine, use_graphs
 
     out = Printer(options, text, rids)
-    graphs = use_graphs(loaded.device, options.graphs) and not options.speculative
+    graphs = use_graphs(loaded.device, options.graphs)  # build_engine runs a speculative engine eagerly
     with in_flag_terms(FLAGS):
         engine = build_engine(loaded.target.model, config, draft=loaded.draft.model if loaded.draft else None,
                               trace=Trace(listener=out.event), graphs=graphs)

@@ -387,7 +387,7 @@ def run(argv: list[str]) -> int:
     if a.write_draft:
         from mini_deepinfer.tools.checkpoints import write_perturbed_checkpoint
 
-        if a.noise < 0:
+        if not a.noise >= 0:  # written so that NaN fails too
             raise UsageError(f"--noise must be >= 0, got {a.noise}")
         changed = write_perturbed_checkpoint(*a.write_draft, noise=a.noise, seed=a.seed, force=a.force)
         print(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their std")

@@ -58,8 +58,14 @@ from typing import Any
 
 from tqdm import tqdm
 
-from mini_deepinfer.bench.common import add_execution_options, execution_choice
-from mini_deepinfer.tools.cli import OneLineParser, UsageError, positive_ints, run_command
+from mini_deepinfer.tools.cli import (
+    OneLineParser,
+    UsageError,
+    add_execution_options,
+    execution_choice,
+    positive_ints,
+    run_command,
+)
 
 SCHEMA_VERSION = 2
 PROMPT_SEED = 1234

@@ -38,18 +38,6 @@ def add_common_options(parser: argparse.ArgumentParser, repeats: int, repeats_he
     p.add_argument("--output", type=Path, help="write the results as JSON to this file")
 
 
-def add_execution_options(parser: argparse.ArgumentParser) -> None:
-    """``--graphs`` / ``--eager``: decode rounds on captured graphs, or never (neither: device default)."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--graphs", action="store_true", help="run greedy decode rounds as captured graphs")
-    group.add_argument("--eager", action="store_true", help="never run rounds as graphs")
-
-
-def execution_choice(args: argparse.Namespace) -> bool | None:
-    """True for ``--graphs``, False for ``--eager``, None when neither was given."""
-    return True if args.graphs else False if args.eager else None
-
-
 def check_common_options(args: argparse.Namespace, counts: dict[str, int | None]) -> None:
     """Raise ``UsageError`` (one line) for a bad preset, a count below 1 or an unusable output path; then
     apply ``--threads``. ``counts`` maps each option name to its value (None when not given)."""

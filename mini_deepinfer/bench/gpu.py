@@ -198,7 +198,7 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_command(run, argv)
+    return run_command(run, argv, errors=(ValueError, OSError))  # OSError: an unusable --output-dir
 
 
 if __name__ == "__main__":

@@ -30,9 +30,7 @@ import torch
 
 from mini_deepinfer.bench.common import (
     add_common_options,
-    add_execution_options,
     check_common_options,
-    execution_choice,
     load_suffix,
     model_description,
     provenance,
@@ -49,10 +47,10 @@ from mini_deepinfer.models.presets import qwen3_5_config
 from mini_deepinfer.runtime.device import device_module, resolve_device, resolve_dtype, synchronize
 from mini_deepinfer.runtime.factory import build_engine, use_graphs
 from mini_deepinfer.runtime.model_runner import ModelRunner, RunnerLaunch
-from mini_deepinfer.tools.cli import OneLineParser, run_command
+from mini_deepinfer.tools.cli import OneLineParser, add_execution_options, execution_choice, run_command
 from mini_deepinfer.tools.records import write_record
 
-MODES: dict[str, bool] = {"synchronous": False, "cross_round": True}  # mode name -> Engine(pipeline=...)
+MODES: dict[str, bool] = {"synchronous": False, "cross_round": True}  # mode name -> EngineConfig.pipeline
 WARMUP_RUNS = 1  # per mode, before any measured run (first calls allocate and fill caches)
 REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch",
                "config", "results", "checks")
@@ -407,8 +405,8 @@ def build_report(argv: list[str], settings: Settings, model: CausalLM,
         "kv_capacity": workload.kv_capacity, "repeats": settings.repeats, "warmup_runs": WARMUP_RUNS,
         "cpu_threads": torch.get_num_threads(),
         # one runner serves every run: its counts cover the warm-up and every repetition of both modes
-        "execution": {"graphs": settings.graphs, "rounds":
-        dict(runs["synchronous"][-1].runner.inner.rounds_by_mode)},
+        "execution": {"graphs": settings.graphs,
+                      "rounds": dict(runs["synchronous"][-1].runner.inner.rounds_by_mode)},
     }
     return {
         **provenance("rounds", argv, settings.device, settings.dtype), "config": config,

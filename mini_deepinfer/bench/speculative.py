@@ -143,8 +143,8 @@ def run_case(target: CausalLM, draft: CausalLM | None, width: int, workload: Wor
              prompt: list[int]) -> CaseRun:
     """Decode the request once (plainly when ``draft`` is None) and count what it cost."""
     cap = workload.kv_capacity
-    engine = build_engine(target, EngineConfig(kv_capacity=cap, spec_width=width), draft=draft,
-    batching=False)
+    config = EngineConfig(kv_capacity=cap, spec_width=width)
+    engine = build_engine(target, config, draft=draft, batching=False)
     runner = engine.runner
     draft_s = _time_proposals(runner.draft) if draft is not None else [0.0]
     device = target.lm_head.weight.device
@@ -202,8 +202,7 @@ def run_all(target: CausalLM, widths: list[int], workload: Workload,
     return runs
 
 
-def case_result(name: str, case_runs: list[CaseRun], plain_ms: float,
-                plain_forward_ms: float) -> dict[str, Any]:
+def case_result(case_runs: list[CaseRun], plain_ms: float, plain_forward_ms: float) -> dict[str, Any]:
     walls = [1e3 * r.wall_s for r in case_runs]
     first = case_runs[0]
     tokens = len(first.outputs)
@@ -239,7 +238,7 @@ def build_report(argv: list[str], settings: Settings, target: CausalLM,
     }
     return {
         **common.provenance("speculative", argv, settings.device, settings.dtype), "config": config,
-        "results": {name: case_result(name, case_runs, plain_ms, plain_forward_ms)
+        "results": {name: case_result(case_runs, plain_ms, plain_forward_ms)
                     for name, case_runs in runs.items()},
         "checks": {"tokens_identical": all(run.outputs == reference for run in every),
                    "slots_returned": all(run.slots_returned for run in every), "runs_compared": len(every)},

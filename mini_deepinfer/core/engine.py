@@ -67,8 +67,9 @@ class EngineConfig:
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
-    in_range = value >= low and (high is None or value <= high) if isinstance(value, int) else False
-    if isinstance(value, bool) or not in_range:
+    """Raise ValueError unless ``value`` is an int (not a bool) in ``low..high``; no upper bound if None."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if not (is_int and value >= low and (high is None or value <= high)):
         bounds = f"in {low}..{high}" if high is not None else f">= {low}"
         raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
 
@@ -241,14 +242,13 @@ class Engine:
         new_slots = self.kv_pool.allocate(len(tokens) + spec_width)
         req.kv_slots.extend(new_slots)
         req.num_computed += len(new_slots)
-        outputs_so_far = len(req.output_token_ids) + req.samples_in_flight
         # draft tokens are proposed inside the runner; the trace shows them as "?" until verified
         self.trace.emit(self.round_id, "schedule", req.request_id, phase=kind,
                         inputs=list(tokens) + [None] * spec_width, start_pos=start, slots=new_slots)
         # a draft model catches up from the committed tokens (a speculative engine has none in flight)
         history = req.prompt_token_ids + tuple(req.output_token_ids) if spec_width else ()
         return SeqPlan(req.request_id, kind, tuple(tokens), start, tuple(new_slots), tuple(req.kv_slots),
-                       req.state_slot, sample, req.params, outputs_so_far, spec_width, history)
+                       req.state_slot, sample, req.params, spec_width, history)
     # --8<-- [end:plan]
 
     # --8<-- [start:rollback]

@@ -31,7 +31,6 @@ class SeqPlan:
         state_slot: the request's convolution/recurrent state slot (None for runners without one).
         sample: whether this round samples a token for the request (last prefill chunk, or decode).
         params: the request's sampling parameters.
-        num_output_tokens: outputs sampled before this round (committed or in flight), for seeding.
         spec_width: draft tokens the runner proposes and the target verifies after ``token_ids`` this
             round (speculative decode); the round computes positions ``start_pos .. start_pos + spec_width``.
         history: speculative decodes only: the committed tokens at positions ``0 .. start_pos`` (the last one
@@ -47,7 +46,6 @@ class SeqPlan:
     state_slot: int | None
     sample: bool
     params: SamplingParams
-    num_output_tokens: int = 0
     spec_width: int = 0
     history: tuple[int, ...] = ()
 
@@ -55,10 +53,6 @@ class SeqPlan:
     def num_tokens(self) -> int:
         """Positions the target computes: the inputs plus the draft tokens it verifies."""
         return len(self.token_ids) + self.spec_width
-
-    @property
-    def positions(self) -> range:
-        return range(self.start_pos, self.start_pos + self.num_tokens)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ value tensors and holds one token position of one sequence ("paged attention wit
 slot* is one row of every linear-attention (Gated DeltaNet) layer's convolution window and recurrent state and
 holds one sequence's whole past, whatever its length. The model reads and writes these rows during
 ``forward``; this class also resets and snapshots state slots, and keeps the per-position states
-of sequences whose forward asked for them (``ForwardBatch.capture_states``), so that speculative decoding
+of sequences whose forward asked for them (``SeqInput.capture``), so that speculative decoding
 can set a state slot back to the state after any verified position.
 
 Non-scope: slot accounting. Which slots are free, and when a slot may be released, is decided by the engine's

@@ -135,9 +135,9 @@ class SwiGLUMLP(nn.Module):
 
 # --8<-- [start:attention]
 CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-"""On CUDA, PyTorch may pick cuDNN for ``scaled_dot_product_attention``, which plans anew for every new key
-length (decode grows it every step) and spends milliseconds of host time per call doing so. These backends
-need no planning."""
+"""On CUDA, PyTorch may pick cuDNN for ``scaled_dot_product_attention``, which builds a plan for each new key
+length, and decode grows the key length every step: host work in every round. These backends need no plan
+per length."""
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options) -> torch.Tensor:

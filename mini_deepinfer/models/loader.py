@@ -9,7 +9,7 @@ before any weight is read; and copying tensors one at a time into the model on t
 Also ``read_generation_config`` for the stop ids.
 
 Non-scope: downloading anything (a folder must already be on disk), quantised or ``.bin`` (pickle)
-weights, the vision tower and the MTP head, and tokenizers (see ``mini_deepinfer.text``).
+weights, the vision tower and the MTP head, and tokenizers (see ``mini_deepinfer.runtime.text``).
 
 Every error is a ``CheckpointError`` (a ``ValueError``) with a one-line message that names the folder,
 file or tensor at fault.
@@ -139,9 +139,8 @@ def describe_weights(config: dict[str, Any]) -> str:
     return text
 
 
-def read_model_config(folder: Path) -> ModelConfig:
-    """Parse ``config.json`` into our configuration class."""
-    raw = read_config_dict(folder)
+def parse_model_config(raw: dict[str, Any], folder: Path) -> ModelConfig:
+    """Parse the ``config.json`` of ``folder`` (read as ``raw``) into our configuration class."""
     try:
         return config_from_hf_dict(raw)
     except UnknownArchitectureError as exc:
@@ -311,8 +310,8 @@ def load_checkpoint(
         CheckpointError: a subclass naming the folder, file or tensor at fault.
     """
     folder = checkpoint_folder(path)
-    config = read_model_config(folder)
-    weights = describe_weights(read_config_dict(folder))
+    raw = read_config_dict(folder)
+    config, weights = parse_model_config(raw, folder), describe_weights(raw)
     sources = index_tensors(find_weight_files(folder))
     # Shapes are checked on a model built on the meta device, which allocates nothing, so a mismatch is
     # reported before any memory is used. ``build_model`` without a seed then allocates the parameters

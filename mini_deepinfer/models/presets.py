@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mini_deepinfer.models.config import LINEAR_ATTENTION, Qwen35Config
+from mini_deepinfer.models.config import Qwen35Config
 
 QWEN3_5_VOCAB = 248320
 """The vocabulary of the released Qwen3.5 tokenizer."""
@@ -31,8 +31,7 @@ QWEN3_5_SHAPES: dict[str, dict[str, int]] = {
                   num_key_value_heads=2, head_dim=32, linear_num_key_heads=4, linear_num_value_heads=8,
                   linear_key_head_dim=32, linear_value_head_dim=32),
     "qwen3.5-0.8b": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24,
-    num_attention_heads=8,
-                         num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
+                         num_attention_heads=8, num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
                          linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128),
     "qwen3.5-2b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=24, num_attention_heads=8,
                        num_key_value_heads=2, head_dim=256, linear_num_key_heads=16,
@@ -70,8 +69,3 @@ def qwen3_5_config(preset: str, *, vocab_size: int | None = None, initializer_ra
                  initializer_range=initializer_range)
     shape.update(overrides)
     return Qwen35Config(**shape)
-
-
-def linear_layers_then_attention(num_layers: int) -> tuple[str, ...]:
-    """Layer types of ``num_layers - 1`` Gated DeltaNet layers followed by one gated attention layer."""
-    return (LINEAR_ATTENTION,) * (num_layers - 1) + ("full_attention",)

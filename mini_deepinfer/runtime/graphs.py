@@ -42,6 +42,7 @@ from mini_deepinfer.runtime.sampling import flag_non_finite
 GRAPH_API = {"cuda": "CUDAGraph", "npu": "NPUGraph"}
 """The graph class of each accelerator's device module; ``module.graph(g, pool=...)`` captures into it."""
 MIN_CONTEXT = 64
+"""The smallest context bucket: shorter contexts share it (early decode steps do not each capture a graph)."""
 WARMUP_STEPS = 2  # runs before a capture, so that lazily created library state exists before recording
 
 

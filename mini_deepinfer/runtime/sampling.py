@@ -45,6 +45,7 @@ __all__ = [
     "make_generator",
     "probabilities",
     "sample",
+    "uniform",
 ]
 
 
@@ -69,24 +70,22 @@ def is_greedy(params: SamplingLike) -> bool:
     return params.temperature == 0.0
 
 
-def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
-    """Create the random generator a request keeps for its whole life.
+def make_generator(seed: int | None) -> torch.Generator:
+    """Create the random generator a request keeps for its whole life, on the CPU.
 
     A request without a seed still gets its own generator, seeded from a fresh random number, so every run
     can be replayed: read the seed back with ``generator.initial_seed()`` and record it.
 
-    The engine keeps generators on the CPU (the default): the uniform numbers then come from the same stream
-    on every device, and :func:`draw` (which runs on the CPU) can use the same generator. A generator on an
-    accelerator also works with :func:`sample`; its stream differs from the CPU stream for the same seed.
+    Generators live on the CPU: every uniform number is drawn on the host (:func:`uniform`), so a seed gives
+    the same stream on every device, and :func:`sample` and :func:`draw` share one generator per request.
 
     Args:
         seed: the request's seed, or None for a fresh one.
-        device: where the generator lives.
 
     Returns:
-        A generator seeded with ``seed`` (or the fresh seed).
+        A CPU generator seeded with ``seed`` (or the fresh seed).
     """
-    generator = torch.Generator(device=device)
+    generator = torch.Generator()
     generator.manual_seed(secrets.randbits(63) if seed is None else seed)
     return generator
 
@@ -146,7 +145,7 @@ def _distribution(row: torch.Tensor, params: SamplingLike) -> tuple[torch.Tensor
 
 
 # --8<-- [start:draw_one]
-def _uniform(generator: torch.Generator) -> float:
+def uniform(generator: torch.Generator) -> float:
     """One uniform number in [0, 1) from ``generator`` (which lives on the CPU)."""
     return float(torch.rand(1, generator=generator, dtype=torch.float64))
 
@@ -170,7 +169,7 @@ def draw_uniforms(params: Sequence[SamplingLike],
         elif generator is None:
             raise ValueError(f"row {i} samples (temperature {row_params.temperature}) but has no generator")
         else:
-            uniforms.append(_uniform(generator))
+            uniforms.append(uniform(generator))
     return uniforms
 
 
@@ -299,7 +298,7 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> int:
         raise ValueError("probs must be finite and non-negative")
     if not float(weights.sum()) > 0.0:
         raise ValueError("probs has no mass to draw from")
-    u = torch.tensor([_uniform(generator)], dtype=torch.float64)
+    u = torch.tensor([uniform(generator)], dtype=torch.float64)
     return int(_invert_cdf(weights, u))
 
 

@@ -1,9 +1,10 @@
-"""What every command line shares: one-line errors, exit codes, bounded numbers.
+"""What every command line shares: one-line errors, exit codes, flag names, shared options.
 
 Scope: :class:`OneLineParser` (argparse that raises :class:`UsageError` instead of printing usage), the
 :func:`run_command` wrapper every command's ``main`` goes through (an input error becomes one line on stderr
-and exit code 2, Ctrl-C exit code 130, never a traceback), and argparse types for comma-separated numbers.
-Non-scope: what any command does.
+and exit code 2, Ctrl-C exit code 130, never a traceback), :func:`in_flag_terms` (the library's messages in
+the command's flag names), the ``--graphs`` / ``--eager`` pair, and an argparse type for comma-separated
+numbers. Standard library only. Non-scope: what any command does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-__all__ = ["OneLineParser", "UsageError", "in_flag_terms", "positive_ints", "run_command"]
+__all__ = [
+    "OneLineParser", "UsageError", "add_execution_options", "execution_choice", "in_flag_terms",
+    "positive_ints", "run_command",
+]
 
 
 class UsageError(ValueError):
@@ -79,3 +83,18 @@ def positive_ints(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
+
+
+def add_execution_options(parser: argparse.ArgumentParser) -> None:
+    """``--graphs`` / ``--eager``: decode rounds on captured graphs, or never (neither: the device's default,
+    ``runtime.factory.use_graphs``)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--graphs", action="store_true",
+                       help="run greedy decode rounds as captured graphs (cuda, npu; on cpu the same static "
+                            "buffers, without capture); speculative rounds stay eager")
+    group.add_argument("--eager", action="store_true", help="never run rounds as graphs")
+
+
+def execution_choice(args: argparse.Namespace) -> bool | None:
+    """True for ``--graphs``, False for ``--eager``, None when neither was given."""
+    return True if args.graphs else False if args.eager else None

@@ -57,7 +57,7 @@ RECORD_KEYS: tuple[str, ...] = (
     "schema", "version", "command", "started_at", "source_sha", "device", "model", "config",
     "requests", "cache", "checks", "timings",
 )
-"""Top-level keys every record has (``draft_model`` is added in two-model runs)."""
+"""Top-level keys every record has (``draft_model`` is added in two-model runs, ``execution`` by generate)."""
 
 DISTRIBUTION_NAME = "mini-deepinfer"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent

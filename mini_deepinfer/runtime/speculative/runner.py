@@ -3,7 +3,7 @@
 Scope: :class:`SpeculativeRunner`, a :class:`~mini_deepinfer.runtime.model_runner.ModelRunner` whose round
 runs the draft for every speculative decode, then ONE target forward over the whole round (prefill chunks,
 plain decodes and each speculative ``[t0, d1 .. dk]``) that records the target's state after each verified
-position (``ForwardBatch.capture_states``), then verifies. After the engine has committed the group it calls
+position (``SeqInput.capture``), then verifies. After the engine has committed the group it calls
 :meth:`SpeculativeRunner.rewind`, the one place where both models go back to the committed length.
 
 The engine's part (``core/engine.py``): a speculative decode reserves KV slots for ``1 + k`` positions and

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mini_deepinfer.runtime.sampling import draw
+from mini_deepinfer.runtime.sampling import draw, uniform
 
 __all__ = ["AcceptStep", "residual", "verify_greedy", "verify_sampled"]
 
@@ -45,10 +45,6 @@ def verify_greedy(target_argmax: Sequence[int], drafts: Sequence[int]) -> list[i
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """``max(0, p - q)``: where the target wants more mass than the draft offered (unnormalised)."""
     return torch.clamp(p - q, min=0.0)
-
-
-def _uniform(generator: torch.Generator) -> float:
-    return float(torch.rand(1, generator=generator, dtype=torch.float64))
 
 
 def _check_verify_inputs(p: torch.Tensor, q: torch.Tensor, drafts: Sequence[int]) -> None:
@@ -97,7 +93,7 @@ def verify_sampled(
     _check_verify_inputs(p, q, drafts)
     accepted: list[int] = []
     for i, token in enumerate(drafts):
-        u, ratio = _uniform(generator), float(p[i, token] / q[i, token])
+        u, ratio = uniform(generator), float(p[i, token] / q[i, token])
         accept = u < min(1.0, ratio)
         if steps is not None:
             steps.append(AcceptStep(int(token), float(p[i, token]), float(q[i, token]), u, accept))
