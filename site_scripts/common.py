@@ -3,25 +3,25 @@
 Scope: the repository root and ``snippets/`` folder, :class:`GeneratorError`, :class:`MachineDependent` (the
 outputs whose digits depend on the machine's arithmetic), :func:`command_env` (the
 environment of every command a generator or a doc test runs), :func:`run_module` and :func:`run_shell` (a
-command run exactly as the doc tests run it), and :func:`span` (positions as text, as the engine's trace
-prints them). Non-scope: finding and checking generators (``regenerate.py``), what any snippet says (its
-generator).
+command run exactly as the doc tests run it), :func:`read_json` (a committed report) and
+:func:`provenance_entries` (a ``provenance.json`` beside committed reports or records, checked). Non-scope:
+finding and checking generators (``regenerate.py``), what any snippet says (its generator).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-from mini_deepinfer.core.trace import span
+from typing import Any
 
 __all__ = [
     "ROOT", "SNIPPETS", "GeneratorError", "MachineDependent",
-    "command_env", "run_module", "run_shell", "span",
+    "command_env", "provenance_entries", "read_json", "run_module", "run_shell",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,3 +98,37 @@ def run_shell(command: str, timeout_s: int = COMMAND_TIMEOUT_S) -> str:
     if proc.returncode != 0:
         raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
     return proc.stdout
+
+
+def read_json(path: Path) -> Any:
+    """A committed JSON file (a benchmark report, a provenance file), parsed."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def provenance_entries(where: Path, section: str, keys: Collection[str], committed: Collection[str],
+                       what: str) -> dict[str, dict[str, str]]:
+    """The entries of ``where[section]``, file name -> {key: text}; empty when ``where`` does not exist.
+
+    A provenance file states what a committed report or record does not carry itself; it only fills gaps.
+
+    Raises:
+        GeneratorError: ``where`` is not a JSON object, an entry names a file not in ``committed``, or an
+            entry has a key not in ``keys`` or a value that is not text.
+    """
+    if not where.exists():
+        return {}
+    try:
+        data = read_json(where)
+    except json.JSONDecodeError as error:
+        raise GeneratorError(f"{where.name}: not JSON ({error})") from None
+    entries = data.get(section, {}) if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise GeneratorError(f"{where.name}: not a JSON object with '{section}'")
+    for name, entry in entries.items():
+        if name not in committed:
+            raise GeneratorError(f"{where.name}: {name} is not a committed {what}")
+        if not isinstance(entry, dict) or set(entry) - set(keys) or not all(
+                isinstance(value, str) for value in entry.values()):
+            got = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            raise GeneratorError(f"{where.name}: {name}: keys are {', '.join(keys)}, values text; got {got}")
+    return entries

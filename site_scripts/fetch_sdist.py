@@ -1,8 +1,8 @@
 """Fetch DeepInfer's sdist once, check its SHA-256 and unpack it, for the mapping page's line-number check.
 
-``make test`` and ``make serve`` run this once, as part of their set-up (a stamp file remembers it), and
-``make test`` then points ``tests/test_mapping_references.py`` at the unpacked folder (``DEEPINFER_SDIST``).
-The tests themselves never download.
+``make test`` runs this once, as part of its set-up (a stamp file remembers it), and then points
+``tests/test_mapping_references.py`` at the unpacked folder (``DEEPINFER_SDIST``). ``make serve`` does not
+need it. The tests themselves never download.
 
 Usage: ``python -m site_scripts.fetch_sdist DEST [--refs FILE]``. What to fetch, and the SHA-256 it must have,
 come from ``docs/reference/deepinfer-refs.json`` (``"sdist"``), the file the mapping page is checked against.

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from mini_deepinfer.core.trace import Trace, TraceEvent
-from site_scripts.common import run_module, run_shell, span
+from mini_deepinfer.core.trace import Trace, TraceEvent, span
+from site_scripts.common import run_module, run_shell
 
 # Shown on lesson 4's page exactly like this; the doc test runs the page's copy and compares.
 NO_CHUNKING = ("python -m mini_deepinfer.pipeline_demo --no-chunked-prefill 2>&1 >/dev/null "
                "|| echo \"exit code $?\"")
-
-
-
-
 
 
 def _cells(events: list[TraceEvent]) -> tuple[str, str, str]:

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from site_scripts.common import SNIPPETS, GeneratorError
+from site_scripts.common import SNIPPETS, GeneratorError, provenance_entries, read_json
 
 RESULTS = ("cpu-qwen3.5-0.8b", "cpu-tiny")
 GPU_RESULTS = ("cuda-h200-207e234/cuda-bf16-qwen3.5-0.8b-eager-207e234",)
@@ -44,16 +44,9 @@ def _fraction(value: float) -> str:
 def provenance_block(path: Path, report: dict[str, Any]) -> str | None:
     """``source_sha`` and ``execution`` of a report, with what ``provenance.json`` beside it adds; None when
     neither the report nor that file says how its rounds ran (the CPU reports)."""
-    extra: dict[str, str] = {}
     where = path.parent / "provenance.json"
-    if where.exists():
-        entries = json.loads(where.read_text(encoding="utf-8")).get("reports", {})
-        for name, entry in entries.items():
-            if not (path.parent / name).exists():
-                raise GeneratorError(f"{where.name}: {name} is not a committed report")
-            if not isinstance(entry, dict) or set(entry) - set(PROVENANCE_KEYS):
-                raise GeneratorError(f"{where.name}: {name}: keys are {', '.join(PROVENANCE_KEYS)}")
-        extra = entries.get(path.name, {})
+    committed = {report.name for report in path.parent.glob("*.json")} - {where.name}
+    extra = provenance_entries(where, "reports", PROVENANCE_KEYS, committed, "report").get(path.name, {})
     if "execution" in extra and "execution" in report:
         raise GeneratorError(f"{where.name}: {path.name} states its execution itself")
     if "execution" not in report and not extra:
@@ -184,7 +177,7 @@ def render(name: str) -> str:
     path = SNIPPETS / "bench" / f"{name}.json"
     if not path.exists():
         return f"`{name}.json` is not committed yet (`python -m mini_deepinfer.bench --output ...`).\n"
-    report = json.loads(path.read_text(encoding="utf-8"))
+    report = read_json(path)
     makers = (timing_rows, roofline_rows, prefill_floor_rows, target_rows)
     tables = ["\n".join(rows) for rows in (make(report) for make in makers) if rows]
     origin = provenance_block(path, report)

@@ -20,14 +20,13 @@ Non-scope: drawing (``pictures.py``, ``charts.py``), the words (``picture_labels
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
 
 from mini_deepinfer.core.trace import TraceEvent
 from site_scripts import charts, picture_labels, pictures
-from site_scripts.common import SNIPPETS
+from site_scripts.common import SNIPPETS, read_json
 
 OUTPUT_DIR = "docs/assets/pictures"
 LANGUAGES = ("zh", "en")
@@ -107,12 +106,8 @@ BENCH_CHARTS = {
 }
 
 
-def read_report(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def bench_chart(report_path: Path, lang: str) -> str:
-    report = read_report(report_path)
+    report = read_json(report_path)
     chart, labels = BENCH_CHARTS[report["benchmark"]]
     return chart(report, labels[lang])
 
@@ -121,7 +116,7 @@ def bench_pictures() -> dict[str, Callable[[str], str]]:
     """``bench-<stem>`` for each committed ``snippets/bench/<stem>.json`` whose benchmark has a chart."""
     return {f"bench-{path.stem}": partial(bench_chart, path)
             for path in sorted((SNIPPETS / "bench").glob("*.json"))
-            if read_report(path).get("benchmark") in BENCH_CHARTS}
+            if read_json(path).get("benchmark") in BENCH_CHARTS}
 
 
 PICTURES = {**TRACE_PICTURES, **bench_pictures()}

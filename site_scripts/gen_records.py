@@ -38,7 +38,7 @@ from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from site_scripts.common import SNIPPETS, GeneratorError
+from site_scripts.common import SNIPPETS, GeneratorError, provenance_entries, read_json
 
 RECORDS = SNIPPETS / "records"
 RENDERED = "records/rendered"
@@ -56,20 +56,8 @@ def record_files() -> list[Path]:
 
 def provenance(path: Path) -> dict[str, str]:
     """What ``provenance.json`` states about the record ``path`` (empty without an entry)."""
-    if not PROVENANCE.exists():
-        return {}
-    try:
-        entries = json.loads(PROVENANCE.read_text(encoding="utf-8")).get("records", {})
-    except (json.JSONDecodeError, AttributeError) as error:
-        raise GeneratorError(f"{PROVENANCE.name}: not a JSON object with 'records' ({error})") from None
-    names = {record.name for record in record_files()}
-    for name, entry in entries.items():
-        if name not in names:
-            raise GeneratorError(f"{PROVENANCE.name}: {name} is not a committed record")
-        if not isinstance(entry, dict) or set(entry) - set(PROVENANCE_KEYS) or not all(
-                isinstance(value, str) for value in entry.values()):
-            raise GeneratorError(f"{PROVENANCE.name}: {name}: keys are {', '.join(PROVENANCE_KEYS)}, "
-                                 f"values text; got {sorted(entry)}")
+    entries = provenance_entries(PROVENANCE, "records", PROVENANCE_KEYS,
+                                 {record.name for record in record_files()}, "record")
     return dict(entries.get(path.name, {}))
 
 
@@ -99,7 +87,7 @@ def load(path: Path) -> dict[str, Any]:
     if not NAME.match(path.stem):
         raise GeneratorError(f"{path.name}: record names use a-z, 0-9 and '-' (they become page anchors)")
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path)
     except json.JSONDecodeError as error:
         raise GeneratorError(f"{path.name}: not JSON ({error})") from None
     if not isinstance(record, dict) or "command" not in record:

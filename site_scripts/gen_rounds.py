@@ -12,20 +12,17 @@ Non-scope: explaining any of it (the pages do).
 
 from __future__ import annotations
 
-import json
 import tempfile
 from functools import partial
 from pathlib import Path
 
-from site_scripts.common import SNIPPETS, run_module, run_shell
+from site_scripts.common import SNIPPETS, read_json, run_module, run_shell
 
 BENCH_JSON = SNIPPETS / "bench" / "rounds-cpu.json"
 GPU_BENCH_JSON = (SNIPPETS / "bench" / "cuda-h200-207e234" / "rounds-cuda-bf16-eager-207e234.json",)
 TIMELINE_JSON = tuple(sorted((SNIPPETS / "bench" / "timelines").glob("rounds-*.json")))  # the timeline runs
 GENERATE_ARGS = ("--raw --prompt Hello --prompt 'KV cache' --max-new-tokens 3 --cache-capacity 32 "
                  "--max-num-seqs 2 --pipeline --stagger-prompts --trace-rounds")
-
-
 
 
 def generate_pipeline() -> str:
@@ -40,7 +37,7 @@ def bench_table(path: Path = BENCH_JSON) -> str:
     """A committed CPU benchmark report as a Markdown table, with how its rounds ran when it says."""
     from mini_deepinfer.bench.rounds import format_markdown
 
-    report = json.loads(path.read_text(encoding="utf-8"))
+    report = read_json(path)
     table = format_markdown(report)
     execution = report["config"].get("execution")
     if execution is None:  # reports from before graph execution do not say
@@ -56,7 +53,7 @@ def gpu_bench_table(path: Path) -> str:
     from mini_deepinfer.bench.rounds import format_markdown
     from site_scripts.gen_performance import provenance_block
 
-    report = json.loads(path.read_text(encoding="utf-8"))
+    report = read_json(path)
     origin = provenance_block(path, report)
     table = format_markdown(report)
     if origin is None:

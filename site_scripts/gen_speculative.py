@@ -11,10 +11,10 @@ Non-scope: explaining any of it (the pages do).
 
 from __future__ import annotations
 
-import json
 import tempfile
 
-from site_scripts.common import SNIPPETS, run_module, run_shell, span
+from mini_deepinfer.core.trace import span
+from site_scripts.common import SNIPPETS, read_json, run_module, run_shell
 
 BENCH_JSON = SNIPPETS / "bench" / "speculative-cpu.json"
 DEMO = "mini_deepinfer.model_draft_demo"
@@ -26,8 +26,6 @@ BAD_WIDTH = ("python -m mini_deepinfer.generate --model weights/tiny --draft-mod
              "--speculative --prompt hi --draft-width 0 2>&1 >/dev/null || echo \"exit code $?\"")
 
 
-
-
 def stream_cancel() -> str:
     """The walkthrough's commands, with both checkpoints in a temporary folder instead of ``weights/``."""
     with tempfile.TemporaryDirectory() as folder:
@@ -37,8 +35,6 @@ def stream_cancel() -> str:
                          f"python -m {DEMO} --write-draft {target} {draft} --force > /dev/null\n"
                          f"python -m mini_deepinfer.generate --model {target} --draft-model {draft} "
                          f"{STREAM_CANCEL_ARGS}")
-
-
 
 
 def rounds_table() -> str:
@@ -124,7 +120,7 @@ def bench_table() -> str:
     """The committed CPU cost benchmark as a Markdown table."""
     from mini_deepinfer.bench.speculative import format_markdown
 
-    return format_markdown(json.loads(BENCH_JSON.read_text(encoding="utf-8")))
+    return format_markdown(read_json(BENCH_JSON))
 
 
 OUTPUTS = {

@@ -12,13 +12,12 @@ Non-scope: measuring (``python -m mini_deepinfer.bench.rounds``), the tables (``
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from site_scripts import picture_labels
-from site_scripts.common import SNIPPETS
+from site_scripts.common import SNIPPETS, read_json
 from site_scripts.svg_figure import draw_svg, new_figure
 
 OUTPUT_DIR = "docs/assets/pictures"
@@ -33,7 +32,7 @@ def timeline_reports() -> dict[str, Path]:
     ``snippets/bench/``: the timeline runs sit in ``timelines/``, away from the charts of the top folder)."""
     found = {}
     for path in sorted((SNIPPETS / "bench").rglob("*.json")):
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = read_json(path)
         rounds = report.get("results", {}).get("synchronous", {}).get("median_run", {}).get("rounds", [])
         if report.get("benchmark") == "rounds" and rounds and "timeline_ms" in rounds[0]:
             found[f"timeline-{path.stem}"] = path
@@ -69,7 +68,7 @@ def draw_mode(ax: Any, rounds: list[dict[str, Any]], words: dict[str, str]) -> N
 
 
 def timeline(path: Path, lang: str) -> str:
-    report = json.loads(path.read_text(encoding="utf-8"))
+    report = read_json(path)
     words = picture_labels.MEASURED_TIMELINE[lang]
     device = report["device"]["name"] if report["device"]["type"] != "cpu" else "CPU"
 

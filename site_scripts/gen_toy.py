@@ -15,8 +15,6 @@ from site_scripts.common import run_module, run_shell
 TOO_SMALL = "python -m mini_deepinfer --slots 4 2>&1 >/dev/null || echo \"exit code $?\""
 
 
-
-
 def _ids(tokens: list[int]) -> str:
     return ", ".join(str(t) for t in tokens)
 

@@ -12,8 +12,8 @@ The convention for generators:
 * A generator whose files the pages show as images (SVG pictures) sets
   ``OUTPUT_DIR = "docs/assets/pictures"``; its paths are then relative to that folder, which MkDocs serves as
   it is (``OUTPUT_DIRS`` lists the folders allowed).
-* Most snippets are the terminal output of a demo command; :func:`run_module` runs one the way the doc tests
-  do (same environment), so a page's command and its included output agree.
+* Most snippets are the terminal output of a demo command; :func:`~site_scripts.common.run_module` runs one
+  the way the doc tests do (same environment), so a page's command and its included output agree.
 * Each path belongs to exactly one generator.
 * A generator whose digits depend on the machine's arithmetic (half-precision sums on a CPU) sets
   ``MACHINE_DEPENDENT`` to a :class:`~site_scripts.common.MachineDependent`: ``--check`` compares those

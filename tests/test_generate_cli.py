@@ -12,6 +12,7 @@ import pytest
 
 from mini_deepinfer.generate import main
 from mini_deepinfer.tools.records import RECORD_KEYS
+from site_scripts.gen_reliability import edit_config, nan_embedding
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,14 +139,9 @@ def test_version_flag_prints_the_package_version(capsys):
 def test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_request(tiny_checkpoint, capsys,
                                                                                 tmp_path):
     """A checkpoint whose embedding is NaN used to print ``!!!!`` and exit 0: no token is sampled from NaN."""
-    from safetensors.torch import load_file, save_file
-
     broken = tmp_path / "nan"
     shutil.copytree(tiny_checkpoint, broken)
-    tensors = load_file(str(broken / "model.safetensors"))
-    name = next(n for n in tensors if n.endswith("embed_tokens.weight"))
-    tensors[name].fill_(float("nan"))
-    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    nan_embedding(broken)  # the broken checkpoint of the reliability table's NaN row
     out_file = tmp_path / "run.json"
     code, out, err = generate(capsys, *base_args(broken, "--prompt", "a", "--prompt", "b", "--raw",
                                                  "--output", str(out_file)))
@@ -160,9 +156,7 @@ def test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_reques
 def test_a_config_field_of_the_wrong_type_is_one_line_and_exit_2(tiny_checkpoint, capsys, tmp_path):
     broken = tmp_path / "wrong-type"
     shutil.copytree(tiny_checkpoint, broken)
-    config = json.loads((broken / "config.json").read_text(encoding="utf-8"))
-    config["text_config"]["hidden_size"] = "abc"
-    (broken / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    edit_config(broken, lambda c: c["text_config"].update(hidden_size="abc"))
     code, out, err = generate(capsys, *base_args(broken, "--prompt", "a", "--raw"))
     assert (code, out) == (2, "")
     assert err == f"error: {broken / 'config.json'}: hidden_size must be an integer, got 'abc'\n"

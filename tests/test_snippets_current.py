@@ -30,24 +30,34 @@ def _group(claims: list[str]) -> MachineDependent:
     return MachineDependent(record="kernels.txt", outputs=("table.md",), claims=lambda: claims)
 
 
+def _committed(folder: Path) -> dict[str, str]:
+    """A committed kernels line and table, written on an AVX512 machine, plus one ordinary snippet."""
+    texts = {"kernels.txt": "kernels   AVX512\n", "table.md": "1.5e-02\n", "other.txt": "x\n"}
+    for path, text in texts.items():
+        (folder / path).write_text(text, encoding="utf-8")
+    return texts
+
+
 def test_machine_dependent_digits_are_compared_only_on_the_machine_that_wrote_them(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ) -> None:
     monkeypatch.setattr(regenerate, "ROOT", tmp_path)
-    (tmp_path / "kernels.txt").write_text("kernels   AVX512\n", encoding="utf-8")
-    texts = {"kernels.txt": "kernels   AVX512\n", "table.md": "1.5e-02\n", "other.txt": "x\n"}
-    compared, notes, broken = regenerate.set_aside_other_machine(texts, [_group([])])
-    assert compared == texts and notes == [] and broken == []
+    committed = _committed(tmp_path)
+    same_machine = {**committed, "table.md": "1.4e-02\n"}
+    assert regenerate.check(same_machine, [_group([])], 1) == 1
+    assert "table.md (regenerated)" in capsys.readouterr().out
 
-    elsewhere = {**texts, "kernels.txt": "kernels   AVX2\n", "table.md": "1.4e-02\n"}
-    compared, notes, broken = regenerate.set_aside_other_machine(elsewhere, [_group([])])
-    assert compared == {"other.txt": "x\n"} and len(notes) == 1 and broken == []
+    elsewhere = {**same_machine, "kernels.txt": "kernels   AVX2\n"}
+    assert regenerate.check(elsewhere, [_group([])], 1) == 0
+    assert "the digits of table.md were not compared" in capsys.readouterr().out
+    assert regenerate.check({**elsewhere, "other.txt": "y\n"}, [_group([])], 1) == 1, "the rest is compared"
 
 
-def test_a_failing_claim_fails_the_check_on_any_machine(tmp_path, monkeypatch) -> None:
+def test_a_failing_claim_fails_the_check_on_any_machine(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(regenerate, "ROOT", tmp_path)
-    (tmp_path / "kernels.txt").write_text("kernels   AVX512\n", encoding="utf-8")
+    committed = _committed(tmp_path)
     for line in ("kernels   AVX512\n", "kernels   AVX2\n"):
-        texts = {"kernels.txt": line, "table.md": "1.5e-02\n"}
-        _, _, broken = regenerate.set_aside_other_machine(texts, [_group(["bfloat16 moves more"])])
-        assert broken == ["kernels.txt: bfloat16 moves more"]
+        texts = {**committed, "kernels.txt": line}
+        assert regenerate.check(texts, [_group([])], 1) == 0
+        assert regenerate.check(texts, [_group(["bfloat16 moves more"])], 1) == 1
+        assert "claim fails: kernels.txt: bfloat16 moves more" in capsys.readouterr().out
