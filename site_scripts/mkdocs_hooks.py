@@ -13,6 +13,10 @@ Scope (mkdocs.yml lists this file under ``hooks:``):
    the title of each numbered lesson and of the run guide. The version *selector* in the header is Material's
    own: ``extra.version.provider: mike`` makes it read the ``versions.json`` that ``mike deploy`` writes.
 
+4. Line numbers of embedded code. A fence whose body is one ``--8<-- "file.py:section"`` include gets
+   ``linenums="N"``, N being the line of ``file.py`` right after the section's start marker, so the numbers
+   on the page are the file's own and a ``file:line`` in the text can be found on the page.
+
 Non-scope: any other change to page content.
 
 Patches 1 and 2 reach into internals of mkdocs 1.6 and mkdocstrings 1.0; pyproject.toml pins those versions.
@@ -111,8 +115,55 @@ def with_version_note(markdown: str, note: str) -> str:
     return f"{head}{newline}\n{note}\n\n{rest.lstrip(chr(10))}"
 
 
+SECTION_FENCE = re.compile(
+    r'^(?P<open>[ \t]*```+[ \t]*[\w+-]+)(?P<attrs>[^\n]*)\n'
+    r'(?P<include>[ \t]*-{1,}8<-{1,}[ \t]+"(?P<path>[^":]+\.py):(?P<section>[\w-]+)"[ \t]*)\n',
+    re.MULTILINE,
+)
+"""The opening line of a fence whose first line includes one section of a Python file."""
+SECTION_MARKER = re.compile(r"--8<-- \[(?P<kind>start|end):(?P<name>[\w-]+)\]")
+
+
+def section_first_line(source: Path, section: str) -> int | None:
+    """The 1-based line of ``source`` that an include of ``source:section`` shows first.
+
+    None if the file or the section is missing: pymdownx.snippets (``check_paths``) then stops the build.
+
+    Raises:
+        PluginError: the section holds other section markers (pymdownx.snippets drops those lines, so the
+            numbers after them would not be the file's).
+    """
+    try:
+        lines = source.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    markers = [(i, m) for i, line in enumerate(lines) if (m := SECTION_MARKER.search(line))]
+    starts = [i for i, m in markers if m["kind"] == "start" and m["name"] == section]
+    ends = [i for i, m in markers if m["kind"] == "end" and m["name"] == section]
+    if not starts or not ends or ends[0] < starts[0]:
+        return None
+    if any(starts[0] < i < ends[0] for i, _ in markers):
+        raise PluginError(f"line numbers: section {section!r} of {source} holds other section markers")
+    return starts[0] + 2
+
+
+def with_source_line_numbers(markdown: str, root: Path) -> str:
+    """Give each fence that embeds a section of a Python file the file's own line numbers."""
+
+    def number(match: re.Match[str]) -> str:
+        if "linenums" in match["attrs"]:
+            return match[0]
+        first = section_first_line(root / match["path"], match["section"])
+        if first is None:
+            return match[0]
+        return f'{match["open"]}{match["attrs"]} linenums="{first}"\n{match["include"]}\n'
+
+    return SECTION_FENCE.sub(number, markdown)
+
+
 def on_page_markdown(markdown: str, *, page: Page, config: MkDocsConfig, **kwargs: Any) -> str:
-    """State the documented version under the title of each numbered lesson and of the run guide."""
+    """Number embedded code by its source lines; state the version under a lesson's or run guide's title."""
+    markdown = with_source_line_numbers(markdown, Path(config.config_file_path).parent)
     if not VERSIONED_PAGE.match(page.file.src_uri):
         return markdown
     note = version_note(config.extra["docs_version"], str(config.theme.get("language") or "zh"))

@@ -1,0 +1,147 @@
+"""Lesson lines a reader can see: no sideways scrolling at a 1300 px window, and a page that fits a phone.
+
+Scope: the 28 numbered lesson pages (zh and en) of the site built and served as ``tests/test_browser.py`` does
+(its ``hosted`` and ``base_url`` fixtures), opened in headless Chromium. At a 1300 px window it counts the
+output blocks (```` ```text ```` fences: traces and terminal output) and the code blocks (every other
+highlighted block) whose content is wider than the block (``scrollWidth > clientWidth``): no output block
+may be, and at least ``CODE_VISIBLE_SHARE`` of the code blocks must be whole. At a 390 px phone viewport no
+lesson page may be wider than the screen; a screenshot of lesson 13 there is written to ``build/screenshots/``
+for a person to look at. What makes the lines fit is ``docs/stylesheets/lines.css`` (see its comment).
+
+Non-scope: what the lines say; every other page of the site (``tests/test_browser.py`` opens them all).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+# base_url and hosted are test_browser's fixtures: the same build, served the same way
+from test_browser import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, Hosted, base_url, hosted  # noqa: F401
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+WINDOW = {"width": 1300, "height": 900}
+PHONE = {"width": 390, "height": 844}
+LESSONS = 14
+CODE_VISIBLE_SHARE = 0.9
+PHONE_SHOT = "lessons/13-restoring-caches/"
+LESSON_DIR = re.compile(r"^\d{2}-")
+# Per block: [is an output block, content width, visible width, first line]
+BLOCKS = """() => [...document.querySelectorAll('.md-content .highlight code')].map(code => [
+  code.closest('.highlight').classList.contains('language-text'),
+  code.scrollWidth, code.clientWidth, code.textContent.split(String.fromCharCode(10))[0].slice(0, 60),
+])"""
+PAGE_WIDTH = "() => document.documentElement.scrollWidth"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.is_file(), reason="needs /usr/bin/chromium (see tests/test_browser.py)"),
+]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One highlighted block of a lesson page as the browser laid it out."""
+
+    page: str
+    output: bool
+    width: int
+    visible: int
+    first_line: str
+
+    @property
+    def cut_off(self) -> bool:
+        return self.width > self.visible
+
+
+def lesson_paths(site: Hosted) -> list[str]:
+    """Site-relative URLs of the numbered lessons in both languages (``lessons/01-…/``, ``en/lessons/…``)."""
+    paths = []
+    for prefix in ("", "en/"):
+        lessons = site.site_dir / prefix / "lessons"
+        paths += [f"{prefix}lessons/{d.name}/" for d in sorted(lessons.iterdir()) if LESSON_DIR.match(d.name)]
+    return paths
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _open(browser: Browser, viewport: dict[str, int]) -> Page:
+    page = browser.new_page(viewport=viewport)
+    # nothing but the local server: a font or script from elsewhere would change the layout measured
+    page.route("**/*", lambda route, request: (
+        route.continue_() if request.url.startswith("http://127.0.0.1") else route.abort()
+    ))
+    return page
+
+
+@pytest.fixture(scope="module")
+def blocks(browser: Browser, hosted: Hosted, base_url: str) -> list[Block]:  # noqa: F811
+    """Every highlighted block of every lesson page, laid out at a 1300 px window."""
+    page = _open(browser, WINDOW)
+    found = []
+    for path in lesson_paths(hosted):
+        page.goto(base_url + path, wait_until="networkidle")
+        found += [Block(path, *row) for row in page.evaluate(BLOCKS)]
+    page.close()
+    return found
+
+
+def _report(cut: list[Block]) -> str:
+    return "\n".join(f"{b.page}: {b.width} px in {b.visible} px: {b.first_line!r}" for b in cut)
+
+
+def test_all_twenty_eight_lesson_pages_are_measured(hosted: Hosted, blocks: list[Block]) -> None:  # noqa: F811
+    assert len(lesson_paths(hosted)) == 2 * LESSONS
+    assert {b.page for b in blocks} == set(lesson_paths(hosted))
+
+
+def test_no_output_block_needs_sideways_scrolling_at_1300_px(blocks: list[Block]) -> None:
+    outputs = [b for b in blocks if b.output]
+    assert outputs
+    cut = [b for b in outputs if b.cut_off]
+    assert not cut, f"{len(cut)} of {len(outputs)} output blocks cut off:\n{_report(cut)}"
+
+
+def test_nine_code_blocks_in_ten_are_whole_at_1300_px(blocks: list[Block]) -> None:
+    code = [b for b in blocks if not b.output]
+    cut = [b for b in code if b.cut_off]
+    assert code
+    assert 1 - len(cut) / len(code) >= CODE_VISIBLE_SHARE, (
+        f"{len(cut)} of {len(code)} code blocks cut off:\n{_report(cut)}"
+    )
+
+
+def test_no_lesson_page_is_wider_than_a_phone(browser: Browser, hosted: Hosted, base_url: str) -> None:  # noqa: F811
+    page = _open(browser, PHONE)
+    wide = {}
+    for path in lesson_paths(hosted):
+        page.goto(base_url + path, wait_until="networkidle")
+        width = page.evaluate(PAGE_WIDTH)
+        if width > PHONE["width"]:
+            wide[path] = width
+        if path == PHONE_SHOT:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            shot = Path(SCREENSHOTS, "lesson-13-phone.png")
+            page.locator(".language-text.highlight").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(shot))
+    page.close()
+    assert not wide, f"pages wider than {PHONE['width']} px: {wide}"
