@@ -21,7 +21,8 @@ The convention for generators:
 
 Usage::
 
-    python -m site_scripts.regenerate              # write every output that changed
+    python -m site_scripts.regenerate              # write every output that changed (machine-dependent
+                                                   # outputs written on another machine are left as they are)
     python -m site_scripts.regenerate --check      # write nothing; exit 1 listing stale or missing files
     python -m site_scripts.regenerate --only toy   # only site_scripts/gen_toy.py
 """
@@ -104,6 +105,16 @@ def machine_dependent(names: Sequence[str]) -> list[MachineDependent]:
     return groups
 
 
+def written_elsewhere(texts: Mapping[str, str], groups: Sequence[MachineDependent]) -> list[MachineDependent]:
+    """The groups whose committed record names other kernels than this machine's (nothing committed: none)."""
+    found = []
+    for group in groups:
+        target = ROOT / group.record
+        if target.exists() and target.read_text(encoding="utf-8").strip() != texts[group.record].strip():
+            found.append(group)
+    return found
+
+
 def set_aside_other_machine(
     texts: Mapping[str, str], groups: Sequence[MachineDependent]
 ) -> tuple[dict[str, str], list[str], list[str]]:
@@ -111,19 +122,34 @@ def set_aside_other_machine(
 
     Returns the texts to compare exactly, one note per group set aside, and the claims that fail here.
     """
-    compared, notes, broken = dict(texts), [], []
-    for group in groups:
-        broken += [f"{group.record}: {claim}" for claim in group.claims()]
-        target = ROOT / group.record
-        committed = target.read_text(encoding="utf-8").strip() if target.exists() else None
+    compared, notes = dict(texts), []
+    broken = [f"{group.record}: {claim}" for group in groups for claim in group.claims()]
+    for group in written_elsewhere(texts, groups):
+        committed = (ROOT / group.record).read_text(encoding="utf-8").strip()
         here = texts[group.record].strip()
-        if committed is None or committed == here:
-            continue  # same machine (or nothing committed yet): every digit is compared
         for path in (group.record, *group.outputs):
             compared.pop(path)
-        notes.append(f"{group.record}: written on `{committed}`, this machine is `{here}`; the digits of "
-                     f"{', '.join(group.outputs)} were not compared, only the pages' claims")
+        notes.append(f"{group.record}: written on `{committed}`, this machine is `{here}`; "
+                     f"the digits of {', '.join(group.outputs)} were not compared, only the pages' claims")
     return compared, notes, broken
+
+
+def kept_from_other_machine(
+    texts: Mapping[str, str], groups: Sequence[MachineDependent]
+) -> tuple[dict[str, str], list[str]]:
+    """Writing: leave the committed copies of a group written on another machine as they are.
+
+    Only the machine differs there, not the code, so overwriting them would change tracked files on every
+    machine unlike the one that wrote them. Returns the texts to write and one note per group kept.
+    """
+    kept, notes = dict(texts), []
+    for group in written_elsewhere(texts, groups):
+        for path in (group.record, *group.outputs):
+            kept.pop(path)
+        here = texts[group.record].strip()
+        notes.append(f"kept {group.record} and {', '.join(group.outputs)}: written on another machine "
+                     f"(this one is `{here}`); `--check` compares the pages' claims here")
+    return kept, notes
 
 
 def render(outputs: Mapping[str, tuple[str, Generator]]) -> dict[str, str]:
@@ -207,10 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.check:
         return check(texts, groups, len(names))
-    diffs = stale(texts)
-    write(texts, list(diffs))
-    for path in diffs:
-        print(f"wrote {path}")
+    kept, notes = kept_from_other_machine(texts, groups)
+    diffs = stale(kept)
+    write(kept, list(diffs))
+    for line in [f"wrote {path}" for path in diffs] + notes:
+        print(line)
     print(f"{len(texts)} snippets from {len(names)} generators; {len(diffs)} written")
     return 0
 
