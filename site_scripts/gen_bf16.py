@@ -27,9 +27,10 @@ from mini_deepinfer.core.engine import EngineConfig
 from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.models import Qwen35Config, build_model
 from mini_deepinfer.models.cache import HybridCache
-from mini_deepinfer.models.layers import CausalLM, ForwardBatch
+from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.factory import new_cache
 from mini_deepinfer.runtime.model_runner import ModelRunner
+from mini_deepinfer.runtime.staging import batch_from_sequences
 from site_scripts.common import ROOT, GeneratorError, MachineDependent
 
 CONFIG = Qwen35Config(
@@ -128,7 +129,7 @@ def run_logits(model: CausalLM, tokens: list[int], chunk: int | None) -> torch.T
     rows = []
     for start in range(0, len(tokens), step):
         piece = tokens[start : start + step]
-        batch = ForwardBatch.from_sequences([piece], [start], [slots], [0], all_logits=True)
+        batch = batch_from_sequences([piece], [start], [slots], [0], all_logits=True)
         rows.append(model(batch, cache).float())
     return torch.cat(rows)
 

@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 import torch
 
 from mini_deepinfer.generate import DEFAULT_CAPACITY
-from mini_deepinfer.models import ForwardBatch, Qwen35Config, build_model, config_from_hf_dict
+from mini_deepinfer.models import Qwen35Config, build_model, config_from_hf_dict
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.runtime.staging import batch_from_sequences
 from mini_deepinfer.tools.checkpoints import preset
 from site_scripts.common import run_module
 
@@ -111,7 +112,7 @@ def run(model: torch.nn.Module, ids: list[int], chunks: Sequence[int], reset: se
     slots, start, logits = list(range(PROMPT_LEN)), 0, []
     for index, size in enumerate(chunks):
         piece = ids[start : start + size]
-        batch = ForwardBatch.from_sequences([piece], [start], [slots], [0], all_logits=True)
+        batch = batch_from_sequences([piece], [start], [slots], [0], all_logits=True)
         if index in reset:  # the mistake this row shows: forget the state between chunks
             cache.reset_states(torch.tensor([0]))
         logits.append(model(batch, cache))

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
-from mini_deepinfer.models import CausalLM, ForwardBatch, build_model, config_from_hf_dict
+from mini_deepinfer.models import CausalLM, build_model, config_from_hf_dict
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.qwen3_5 import chunked_delta_rule, recurrent_delta_rule
+from mini_deepinfer.runtime.staging import batch_from_sequences
 from mini_deepinfer.tools.checkpoints import preset
 from site_scripts.common import run_module
 
@@ -76,8 +77,8 @@ def run_in_chunks(model: CausalLM, ids: Sequence[int], chunks: Sequence[int]) ->
     cache = HybridCache(model.config, SLOTS, 1, torch.float32, "cpu")
     start, logits = 0, []
     for size in chunks:
-        batch = ForwardBatch.from_sequences([ids[start : start + size]], [start], [list(range(SLOTS))], [0],
-                                            all_logits=True)
+        batch = batch_from_sequences([ids[start : start + size]], [start], [list(range(SLOTS))], [0],
+                                     all_logits=True)
         logits.append(model(batch, cache))
         start += size
     return torch.cat(logits)
@@ -90,10 +91,10 @@ def pieces(total: int, size: int) -> list[int]:
 def greedy(model: CausalLM, prompt: list[int], new_tokens: int) -> list[int]:
     cache, tokens = HybridCache(model.config, SLOTS, 1, torch.float32, "cpu"), list(prompt)
     slots = list(range(SLOTS))
-    batch = ForwardBatch.from_sequences([tokens], [0], [slots], [0])
+    batch = batch_from_sequences([tokens], [0], [slots], [0])
     for _ in range(new_tokens):
         tokens.append(int(model(batch, cache).argmax(-1)))
-        batch = ForwardBatch.from_sequences([[tokens[-1]]], [len(tokens) - 1], [slots], [0])
+        batch = batch_from_sequences([[tokens[-1]]], [len(tokens) - 1], [slots], [0])
     return tokens[len(prompt) :]
 
 

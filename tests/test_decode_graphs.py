@@ -110,3 +110,37 @@ def test_buckets_are_powers_of_two_up_to_the_capacities(model):
 def test_graphs_need_a_cache_with_dummy_slots(model):
     with pytest.raises(ValueError, match="dummy slots"):
         DecodeGraphs(model, new_cache(model, kv_capacity=16, state_capacity=1))
+
+
+def test_every_bucket_exists_before_the_first_request_and_none_is_made_once_rounds_run(model, monkeypatch):
+    engine = build_engine(model, EngineConfig(kv_capacity=160, max_num_seqs=3, max_batched_tokens=64),
+                          use_graphs=True)
+    graphs = engine.runner.graphs
+    before = dict(graphs.buckets)
+    assert set(before) == {(r, c) for r in graphs.rows for c in graphs.contexts}
+    assert engine.runner.capture_s == graphs.capture_s > 0, "the start-up time is there for the record"
+
+    def no_new_bucket(*_):
+        raise AssertionError("a bucket was made while requests run")
+
+    monkeypatch.setattr(DecodeGraphs, "_new_bucket", no_new_bucket)
+    for rid, prompt in PROMPTS.items():
+        engine.submit(rid, prompt, SamplingParams(max_new_tokens=60))  # "a" crosses 64 keys: a second bucket
+    engine.run()
+    assert not [r.error for r in engine.requests.values() if r.error]
+    assert engine.runner.rounds_by_mode["graph"] > 0
+    assert graphs.buckets.keys() == before.keys() and all(graphs.buckets[k] is b for k, b in before.items())
+
+
+def test_the_sampled_token_buffer_has_its_final_size_and_refuses_to_grow(model):
+    engine = build_engine(model, EngineConfig(kv_capacity=64, max_num_seqs=2, max_batched_tokens=64),
+                          use_graphs=True)
+    runner = engine.runner
+    address = runner.sampled.data_ptr()
+    assert runner.sampled.numel() == runner.graphs.max_rows == 2 and runner.graphs.sampled is runner.sampled
+    engine.submit("a", PROMPTS["a"], SamplingParams(max_new_tokens=4))
+    engine.run()
+    assert runner.sampled.data_ptr() == address
+    with pytest.raises(RuntimeError, match="never grows"):
+        runner._keep_sampled([], torch.zeros(3, dtype=torch.int64))
+    assert runner.sampled.data_ptr() == address

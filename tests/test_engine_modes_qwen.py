@@ -47,7 +47,7 @@ class LogitsLog(ModelRunner):
 
     def read(self, handle):
         result = super().read(handle)
-        for rid, row in result.extra.get("logits", {}).items():
+        for rid, row in result.logits.items():
             self.log[rid].append(row)
         return result
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mini_deepinfer import FinishReason, SamplingParams
-from mini_deepinfer.core.batch import BatchEngine
 from mini_deepinfer.core.engine import EngineConfig
+from mini_deepinfer.core.speculative import SpeculativeBatchEngine
 from mini_deepinfer.model_draft_demo import demo_target
 from mini_deepinfer.runtime.factory import new_cache
 from mini_deepinfer.runtime.speculative import ModelDraft, SpeculativeRunner
@@ -53,13 +53,13 @@ def models():
     return target, perturbed_copy(target, noise=0.1, seed=25)
 
 
-def faulty_engine(models, fail_at: int) -> BatchEngine:
+def faulty_engine(models, fail_at: int) -> SpeculativeBatchEngine:
     target, draft = models
     runner = FaultySpeculativeRunner(target, new_cache(target, CAPACITY, STATES),
                                      ModelDraft(draft, new_cache(draft, CAPACITY, STATES)), fail_at=fail_at)
-    return BatchEngine(runner, EngineConfig(kv_capacity=CAPACITY, state_capacity=STATES,
-                                            max_num_seqs=STATES, max_batched_tokens=8, chunked_prefill=True,
-                                            spec_width=WIDTH))
+    return SpeculativeBatchEngine(runner, EngineConfig(kv_capacity=CAPACITY, state_capacity=STATES,
+                                                       max_num_seqs=STATES, max_batched_tokens=8,
+                                                       chunked_prefill=True, spec_width=WIDTH))
 
 
 @settings(max_examples=4, deadline=None)
@@ -79,4 +79,4 @@ def test_a_speculative_fault_finishes_in_flight_requests_with_error_and_both_cac
     assert engine.kv_pool.num_free == CAPACITY and engine.state_pool.num_free == STATES
     assert runner.draft.free_kv_slots() == CAPACITY and runner.draft.free_state_slots() == STATES
     assert runner.draft.computed == {} and runner.jobs == {}
-    assert runner.cache.captured == {} and runner.draft.cache.captured == {}, "no state snapshot is left"
+    assert runner.cache.snapshots == {} and runner.draft.cache.snapshots == {}, "no state snapshot is left"

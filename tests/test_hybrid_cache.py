@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mini_deepinfer.models import ForwardBatch, Qwen2Config, Qwen35Config, build_model
+from mini_deepinfer.models import Qwen2Config, Qwen35Config, build_model
 from mini_deepinfer.models.cache import HybridCache
+from mini_deepinfer.runtime.staging import batch_from_sequences
 
 TINY = Qwen35Config(
     vocab_size=128,
@@ -82,10 +83,10 @@ def test_forward_leaves_other_sequences_slots_untouched():
     model = build_model(TINY, seed=0)
     cache = HybridCache(TINY, kv_capacity=64, state_capacity=2, dtype=torch.float32, device="cpu")
     slots_a, slots_b = list(range(0, 32)), list(range(32, 64))
-    model(ForwardBatch.from_sequences([ids(10, 1)], [0], [slots_a], [0]), cache)
+    model(batch_from_sequences([ids(10, 1)], [0], [slots_a], [0]), cache)
     state_a, kv_a = cache.read_state(0), cache.read_kv(torch.arange(0, 32))
-    model(ForwardBatch.from_sequences([ids(12, 2)], [0], [slots_b], [1]), cache)
-    model(ForwardBatch.from_sequences([[5]], [12], [slots_b], [1]), cache)
+    model(batch_from_sequences([ids(12, 2)], [0], [slots_b], [1]), cache)
+    model(batch_from_sequences([[5]], [12], [slots_b], [1]), cache)
     after_state, after_kv = cache.read_state(0), cache.read_kv(torch.arange(0, 32))
     for kind in ("conv", "recurrent"):
         assert all(torch.equal(a, b) for a, b in zip(state_a[kind], after_state[kind]))
@@ -97,7 +98,7 @@ def test_conv_window_holds_the_last_pre_convolution_inputs():
     model = build_model(TINY, seed=0)
     cache = HybridCache(TINY, kv_capacity=16, state_capacity=1, dtype=torch.float32, device="cpu")
     tokens = ids(2, 3)  # shorter than the window: the oldest column stays zero
-    model(ForwardBatch.from_sequences([tokens], [0], [list(range(16))], [0]), cache)
+    model(batch_from_sequences([tokens], [0], [list(range(16))], [0]), cache)
     window = cache.conv_state[0][0]
     assert not window[:, 0].any()
     hidden = model.model.layers[0].input_layernorm(model.model.embed_tokens(torch.tensor(tokens)))
@@ -110,8 +111,8 @@ def test_half_precision_model_keeps_float32_recurrent_state(dtype):
     model = build_model(TINY, dtype=dtype, seed=0)
     cache = HybridCache(TINY, kv_capacity=32, state_capacity=1, dtype=dtype, device="cpu")
     slots = list(range(32))
-    logits = model(ForwardBatch.from_sequences([ids(9, 4)], [0], [slots], [0]), cache)
-    logits = model(ForwardBatch.from_sequences([[3]], [9], [slots], [0]), cache)
+    logits = model(batch_from_sequences([ids(9, 4)], [0], [slots], [0]), cache)
+    logits = model(batch_from_sequences([[3]], [9], [slots], [0]), cache)
     assert logits.dtype == dtype and torch.isfinite(logits.float()).all()
     assert all(t.dtype == torch.float32 and t.abs().sum() > 0 for t in cache.recurrent_state.values())
     assert all(t.dtype == dtype for t in cache.conv_state.values())

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 transformers = pytest.importorskip("transformers")
 
-from mini_deepinfer.models import CausalLM, ForwardBatch  # noqa: E402
+from mini_deepinfer.models import CausalLM  # noqa: E402
 from mini_deepinfer.models.cache import HybridCache  # noqa: E402
 from mini_deepinfer.models.loader import (  # noqa: E402
     CheckpointError,
@@ -35,6 +35,7 @@ from mini_deepinfer.models.loader import (  # noqa: E402
     parameter_name,
     read_generation_config,
 )
+from mini_deepinfer.runtime.staging import batch_from_sequences  # noqa: E402
 
 PROMPT = [3, 17, 256, 11, 42, 500, 7, 99, 1, 64, 300, 5]
 ROPE = {
@@ -137,7 +138,7 @@ def qwen2_folder(tmp_path_factory) -> Path:
 def our_logits(model: CausalLM, ids: list[int]) -> torch.Tensor:
     """Logits of every position of one sequence, prefilled in one round."""
     cache = HybridCache(model.config, len(ids), 1, torch.float32, "cpu")
-    batch = ForwardBatch.from_sequences([ids], [0], [list(range(len(ids)))], [0], all_logits=True)
+    batch = batch_from_sequences([ids], [0], [list(range(len(ids)))], [0], all_logits=True)
     return model(batch, cache)
 
 

@@ -6,12 +6,12 @@ cannot be prepared while round N runs. A CPU has no device to wait for, so these
 a dispatch mode marks every tensor derived from device data (the model's weights, the cache, the round's
 uploaded inputs, and whatever is computed from them) and fails on any op that would read one back to the host.
 
-What it would have caught, in the code before this check existed: ``RoundLayout.build`` and
-``ModelRunner.prepare`` building device tensors from Python lists one by one (about ten blocking copies per
-round on CUDA; here, more than one upload per round), ``CausalLM.prepare`` selecting fresh state slots with a
-boolean mask (``batch.state_slots[fresh]``: a ``nonzero``), ``int(slot)`` on a device tensor when recording
-captured states (``_local_scalar_dense``), and each sampled row's uniform number copied from the host on its
-own.
+What it would have caught, in the code before this check existed: ``RoundLayout.build`` (the layout is now
+``stage_round``'s) and ``ModelRunner.prepare`` building device tensors from Python lists one by one (about ten
+blocking copies per round on CUDA; here, more than one upload per round), ``CausalLM.prepare`` selecting
+fresh state slots with a boolean mask (``batch.state_slots[fresh]``: a ``nonzero``), ``int(slot)`` on a device
+tensor when recording state snapshots (``_local_scalar_dense``), and each sampled row's uniform number copied
+from the host on its own.
 
 Allowed on purpose: top-k sampling on a CPU keeps a ``nonzero`` shortcut (a full sort of a 248k vocabulary
 costs tens of milliseconds on a CPU, and a CPU does not wait); on an accelerator the same function sorts
@@ -32,9 +32,9 @@ from torch.utils._pytree import tree_flatten
 from mini_deepinfer import SamplingParams
 from mini_deepinfer.core.engine import EngineConfig
 from mini_deepinfer.models import build_model
-from mini_deepinfer.models.forward_batch import Staging
 from mini_deepinfer.models.presets import qwen3_5_config
 from mini_deepinfer.runtime.factory import build_engine
+from mini_deepinfer.runtime.staging import Staging
 
 aten = torch.ops.aten
 READS = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default,

@@ -9,6 +9,7 @@ inside functions, so a lazy import cannot hide an edge.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -107,3 +108,49 @@ def test_each_role_is_a_folder_and_the_commands_sit_at_the_top() -> None:
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     commands = ["generate", "model_draft_demo", "pipeline_demo", "random_checkpoint"]
     assert top == ["__init__", "__main__", *commands]
+
+
+def test_the_model_package_imports_nothing_from_the_runtime_and_stages_nothing() -> None:
+    """``models/`` holds what the model reads; laying a round out and uploading it is the runtime's
+    (``runtime/staging.py``): no pinned memory, no non-blocking copy, no staging buffer in ``models/``."""
+    for name, path in MODULES.items():
+        if layer(name) != LAYERS["models"]:
+            continue
+        runtime = sorted(t for t in imports(name, path) if t.startswith("mini_deepinfer.runtime"))
+        assert not runtime, f"{name} imports {runtime}"
+        source = path.read_text(encoding="utf-8")
+        staged = [word for word in ("pin_memory", "non_blocking", "Staging", "stage_round") if word in source]
+        assert not staged, f"{name} stages a round ({staged}); that is runtime/staging.py's job"
+
+
+SPECULATIVE_WORDS = re.compile(r"spec_width|draft|verif|rollback|rewind|speculat", re.IGNORECASE)
+SPECULATIVE_HOMES = {"mini_deepinfer.core.speculative", "mini_deepinfer.core.config", "mini_deepinfer.core"}
+"""Where the core may name speculative decoding: the module that implements it, the config that sizes every
+mode (``spec_width``), and the package index that re-exports both."""
+
+
+def names_in_code(tree: ast.Module) -> set[str]:
+    """Every identifier and string inside the module's classes and functions (imports and the module
+    docstring excluded: they only say where things are)."""
+    found: set[str] = set()
+    for top in tree.body:
+        if not isinstance(top, (ast.ClassDef, ast.FunctionDef)):
+            continue
+        for node in ast.walk(top):
+            for attr in ("id", "attr", "arg", "name"):
+                value = getattr(node, attr, None)
+                if isinstance(value, str):
+                    found.add(value)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.add(node.value)
+    return found
+
+
+CORE_MODULES = sorted(n for n in GRAPH if n.startswith("mini_deepinfer.core."))
+
+
+@pytest.mark.parametrize("name", [n for n in CORE_MODULES if n not in SPECULATIVE_HOMES])
+def test_no_core_module_but_the_speculative_one_names_speculative_decoding(name: str) -> None:
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    named = sorted(word for word in names_in_code(tree) if SPECULATIVE_WORDS.search(word))
+    assert not named, f"{name} names speculative decoding ({named}); that is core/speculative.py's"

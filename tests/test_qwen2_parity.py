@@ -9,8 +9,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mini_deepinfer.models import CausalLM, ForwardBatch, Qwen2Config, build_model  # noqa: E402
+from mini_deepinfer.models import CausalLM, Qwen2Config, build_model  # noqa: E402
 from mini_deepinfer.models.cache import HybridCache  # noqa: E402
+from mini_deepinfer.runtime.staging import batch_from_sequences  # noqa: E402
 
 SLOTS_PER_SEQ = 96
 
@@ -48,7 +49,7 @@ def run_in_chunks(model: CausalLM, ids: Sequence[int], chunks: Sequence[int]) ->
     slots, start, logits = list(range(SLOTS_PER_SEQ)), 0, []
     for size in chunks:
         new = ids[start : start + size]
-        batch = ForwardBatch.from_sequences([new], [start], [slots], [0], all_logits=True)
+        batch = batch_from_sequences([new], [start], [slots], [0], all_logits=True)
         logits.append(model(batch, cache))
         start += size
     return torch.cat(logits)
@@ -91,10 +92,10 @@ def test_greedy_generation_matches_transformers_generate(pair):
     expected = generated[0, len(prompt) :].tolist()
     cache = HybridCache(ours.config, SLOTS_PER_SEQ, 1, torch.float32, "cpu")
     slots, tokens = list(range(SLOTS_PER_SEQ)), list(prompt)
-    batch = ForwardBatch.from_sequences([tokens], [0], [slots], [0])
+    batch = batch_from_sequences([tokens], [0], [slots], [0])
     for _ in range(16):
         tokens.append(int(ours(batch, cache).argmax(-1)))
-        batch = ForwardBatch.from_sequences([[tokens[-1]]], [len(tokens) - 1], [slots], [0])
+        batch = batch_from_sequences([[tokens[-1]]], [len(tokens) - 1], [slots], [0])
     assert tokens[8:] == expected
 
 
@@ -105,8 +106,8 @@ def test_batched_decode_equals_each_sequence_alone(pair):
     cache = HybridCache(ours.config, 2 * SLOTS_PER_SEQ, 2, torch.float32, "cpu")
     slots = [list(range(b * SLOTS_PER_SEQ, (b + 1) * SLOTS_PER_SEQ)) for b in range(2)]
     for b, (ids, p) in enumerate(zip(seqs, prefixes)):
-        ours(ForwardBatch.from_sequences([ids[:p]], [0], [slots[b]], [b]), cache)
-    batch = ForwardBatch.from_sequences([[ids[p]] for ids, p in zip(seqs, prefixes)], prefixes, slots, [0, 1])
+        ours(batch_from_sequences([ids[:p]], [0], [slots[b]], [b]), cache)
+    batch = batch_from_sequences([[ids[p]] for ids, p in zip(seqs, prefixes)], prefixes, slots, [0, 1])
     logits = ours(batch, cache)
     for b in range(2):
         assert (logits[b] - alone[b][-1]).abs().max().item() < 1e-5

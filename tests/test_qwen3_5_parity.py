@@ -14,7 +14,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mini_deepinfer.models import CausalLM, ForwardBatch, Qwen35Config, build_model  # noqa: E402
+from mini_deepinfer.models import CausalLM, Qwen35Config, build_model  # noqa: E402
 from mini_deepinfer.models.cache import HybridCache  # noqa: E402
 from mini_deepinfer.models.layers import SKINNY_MIN_INPUT, Linear  # noqa: E402
 from mini_deepinfer.models.qwen3_5 import (  # noqa: E402
@@ -22,6 +22,7 @@ from mini_deepinfer.models.qwen3_5 import (  # noqa: E402
     chunked_delta_rule,
     recurrent_delta_rule,
 )
+from mini_deepinfer.runtime.staging import batch_from_sequences  # noqa: E402
 
 SLOTS_PER_SEQ = 128
 TINY_LAYERS = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
@@ -86,7 +87,7 @@ def run_in_chunks(model: CausalLM, ids: Sequence[int], chunks: Sequence[int], se
     cache, start, logits = new_cache(model), 0, []
     for size in chunks:
         new = list(ids[start : start + size])
-        batch = ForwardBatch.from_sequences([new], [start], [seq_slots(seq)], [seq], all_logits=True)
+        batch = batch_from_sequences([new], [start], [seq_slots(seq)], [seq], all_logits=True)
         logits.append(model(batch, cache))
         start += size
     assert start == len(ids)
@@ -100,10 +101,10 @@ def hf_logits(hf_model: torch.nn.Module, ids: Sequence[int]) -> torch.Tensor:
 
 def greedy(model: CausalLM, prompt: Sequence[int], new_tokens: int) -> list[int]:
     cache, tokens = new_cache(model), list(prompt)
-    batch = ForwardBatch.from_sequences([tokens], [0], [seq_slots(0)], [0])
+    batch = batch_from_sequences([tokens], [0], [seq_slots(0)], [0])
     for _ in range(new_tokens):
         tokens.append(int(model(batch, cache).argmax(-1)))
-        batch = ForwardBatch.from_sequences([[tokens[-1]]], [len(tokens) - 1], [seq_slots(0)], [0])
+        batch = batch_from_sequences([[tokens[-1]]], [len(tokens) - 1], [seq_slots(0)], [0])
     return tokens[len(prompt) :]
 
 
@@ -163,10 +164,10 @@ def test_mixed_round_equals_each_sequence_alone(pair):
     cache = new_cache(ours)
     for b, (ids, p) in enumerate(zip(seqs, prefixes)):
         if p:
-            ours(ForwardBatch.from_sequences([ids[:p]], [0], [seq_slots(b)], [b]), cache)
+            ours(batch_from_sequences([ids[:p]], [0], [seq_slots(b)], [b]), cache)
     new_tokens = [ids[p:] for ids, p in zip(seqs, prefixes)]
     slots = [seq_slots(b) for b in range(4)]
-    batch = ForwardBatch.from_sequences(new_tokens, prefixes, slots, list(range(4)), all_logits=True)
+    batch = batch_from_sequences(new_tokens, prefixes, slots, list(range(4)), all_logits=True)
     mixed = ours(batch, cache).split(batch.query_lens)
     for b, (ids, p) in enumerate(zip(seqs, prefixes)):
         assert (mixed[b] - alone[b][p:]).abs().max().item() < 1e-5
@@ -175,9 +176,9 @@ def test_mixed_round_equals_each_sequence_alone(pair):
 def test_fresh_sequence_ignores_stale_state_in_its_slot(pair):
     _, ours = pair
     cache = new_cache(ours)
-    ours(ForwardBatch.from_sequences([random_ids(20, seed=6)], [0], [seq_slots(0)], [0]), cache)
+    ours(batch_from_sequences([random_ids(20, seed=6)], [0], [seq_slots(0)], [0]), cache)
     ids = random_ids(11, seed=7)
-    reused = ours(ForwardBatch.from_sequences([ids], [0], [seq_slots(0)], [0], all_logits=True), cache)
+    reused = ours(batch_from_sequences([ids], [0], [seq_slots(0)], [0], all_logits=True), cache)
     assert (reused - run_in_chunks(ours, ids, [11])).abs().max().item() < 1e-6
 
 

@@ -11,11 +11,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from mini_deepinfer.models import CausalLM, ForwardBatch
+from mini_deepinfer.models import CausalLM
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.config import config_from_hf_dict
 from mini_deepinfer.models.loader import load_checkpoint, parameter_name
 from mini_deepinfer.random_checkpoint import main, parse_size
+from mini_deepinfer.runtime.staging import batch_from_sequences
 from mini_deepinfer.runtime.text import load_text
 from mini_deepinfer.tools import checkpoints
 from mini_deepinfer.tools.checkpoints import (
@@ -39,7 +40,7 @@ def tiny(tmp_path_factory) -> Path:
 
 def our_logits(model: CausalLM, ids: list[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
     cache = HybridCache(model.config, len(ids), 1, dtype, "cpu")
-    batch = ForwardBatch.from_sequences([ids], [0], [list(range(len(ids)))], [0], all_logits=True)
+    batch = batch_from_sequences([ids], [0], [list(range(len(ids)))], [0], all_logits=True)
     return model(batch, cache)
 
 

@@ -34,6 +34,10 @@ class Params:
     top_p: float = 1.0
     seed: int | None = None
 
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
 
 GREEDY = Params(temperature=0.0)
 

@@ -176,7 +176,7 @@ def test_cancel_between_rounds_keeps_whole_groups_and_both_caches_return_every_s
     assert req.finish_reason.value == "cancelled"
     assert req.output_token_ids == [t for g in req.committed_groups for t in g]
     assert engine.kv_pool.num_free == CAPACITY and engine.runner.draft.free_kv_slots() == CAPACITY
-    assert engine.runner.draft.free_state_slots() == 4 and not engine.runner.draft.cache.captured
+    assert engine.runner.draft.free_state_slots() == 4 and not engine.runner.draft.cache.snapshots
 
 
 def test_speculation_together_with_pipeline_is_refused(target, draft):

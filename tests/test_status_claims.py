@@ -58,7 +58,7 @@ def test_status_snippets_are_what_the_records_give(path: str) -> None:
 
 def test_readme_status_blocks_hold_the_generated_sentence() -> None:
     stale = [lang for lang, current in gen_status.readme_blocks_current().items() if not current]
-    assert not stale, f"README status block stale for {stale}: run `python -m site_scripts.gen_status --readmes`"
+    assert not stale, f"stale README block ({stale}): run `python -m site_scripts.gen_status --readmes`"
 
 
 @pytest.mark.parametrize(("name", "snippet"), INCLUDED, ids=lambda v: str(v))

@@ -21,7 +21,7 @@ class BatchEngine(Engine):
     """``Engine`` with a batching schedule.
 
     The config's ``max_num_seqs`` caps the requests running at once, ``max_batched_tokens`` is the token
-    budget of one round (the draft positions of a speculative decode count too), and ``chunked_prefill``
+    budget of one round (every position a plan computes counts), and ``chunked_prefill``
     splits a prompt that does not fit the remaining budget across rounds.
     """
 
@@ -53,7 +53,7 @@ class BatchEngine(Engine):
             if budget == 0:
                 break
             seqs.append(self.plan_decode(req, budget))
-            budget -= seqs[-1].num_tokens  # 1, or 1 + draft tokens with speculative decoding
+            budget -= seqs[-1].num_tokens  # the positions this decode computes
         for req in self._prefill_candidates():
             if budget == 0:
                 break

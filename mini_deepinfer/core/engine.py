@@ -1,23 +1,23 @@
 """The engine: one loop that organises rounds (schedule, launch, read, commit).
 
-Scope: the numbers that size an engine (``EngineConfig``, checked once), submitting and cancelling requests,
+Scope: submitting and cancelling requests,
 admitting them into the cache (KV slots per token, one state slot per request), the ``step()`` loop, the
 simplest schedule (one request at a time, whole prompt first, then one decode token per round), and what
 follows a read: committing each request's tokens (the rules are ``commit.py``'s), finishing, giving back the
-KV slots of rejected drafts and releasing slots. ``BatchEngine`` (``batch.py``) replaces only ``schedule()``;
-cross-round execution (``pipeline.py``) changes only *when* a launched round is read. With ``spec_width`` a
-decode also takes the positions of the draft tokens it verifies, and ``rollback`` gives back those that were
-rejected (speculative decoding; the runner is ``runtime.speculative.SpeculativeRunner``).
-Non-scope: tensors (runners). This module imports nothing outside the standard library.
+KV slots and state slot of a finished request. ``BatchEngine`` (``batch.py``) replaces only ``schedule()``;
+cross-round execution (``pipeline.py``) changes only *when* a launched round is read; the speculative
+engines (``speculative.py``) replace only how a decode is planned and what follows its commit.
+Non-scope: tensors (runners), the numbers themselves (``config.py``). This module imports nothing outside the
+standard library.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from .commit import Delivery, commit_tokens
+from .config import MAX_SPEC_WIDTH, EngineConfig
 from .pipeline import StoppingDecodePipeline
 from .plan import IN_FLIGHT, RoundPlan, RoundResult, SeqPlan
 from .request import FinishReason, Request, RequestStatus, SamplingParams, validate_prompt
@@ -25,53 +25,7 @@ from .runner import Runner
 from .slots import SlotPool
 from .trace import Trace
 
-MAX_SPEC_WIDTH = 16
-"""The largest ``spec_width`` (draft tokens per round) an engine accepts."""
-
-
-# --8<-- [start:config]
-@dataclass(frozen=True)
-class EngineConfig:
-    """The numbers that size an engine. They are checked here, once, when the config is made.
-
-    Attributes:
-        kv_capacity: KV slots (one per cached token position, across all requests).
-        state_capacity: state slots (one per running request) for models with recurrent layers; None for
-            runners that keep no per-request state (the toy).
-        max_num_seqs: ``BatchEngine``: most requests running at once.
-        max_batched_tokens: ``BatchEngine``: the token budget of one round (decode + prefill tokens).
-        chunked_prefill: ``BatchEngine``: split a prompt that does not fit the remaining budget across rounds.
-        pipeline: launch round N+1 before reading round N (cross-round execution).
-        spec_width: draft tokens verified per decode round (speculative decoding; 0 = off). The runner must
-            propose and verify them (``runtime.speculative.SpeculativeRunner``).
-    """
-
-    kv_capacity: int
-    state_capacity: int | None = None
-    max_num_seqs: int = 8
-    max_batched_tokens: int = 256
-    chunked_prefill: bool = False
-    pipeline: bool = False
-    spec_width: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("kv_capacity", "max_num_seqs", "max_batched_tokens"):
-            _check_int(name, getattr(self, name), 1)
-        if self.state_capacity is not None:
-            _check_int("state_capacity", self.state_capacity, 1)
-        _check_int("spec_width", self.spec_width, 0, MAX_SPEC_WIDTH)
-        if self.spec_width and self.pipeline:
-            raise ValueError("pipeline cannot be combined with speculative decoding (a speculative round "
-                             "reads its tokens before the next round is planned)")
-# --8<-- [end:config]
-
-
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> None:
-    """Raise ValueError unless ``value`` is an int (not a bool) in ``low..high``; no upper bound if None."""
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if not (is_int and value >= low and (high is None or value <= high)):
-        bounds = f"in {low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be an integer {bounds}, got {value!r}")
+__all__ = ["MAX_SPEC_WIDTH", "Engine", "EngineConfig"]  # the numbers are config.py's, named here as before
 
 
 class Engine:
@@ -87,7 +41,6 @@ class Engine:
     def __init__(self, runner: Runner, config: EngineConfig, trace: Trace | None = None) -> None:
         self.runner = runner
         self.config = config
-        self.spec_width = config.spec_width
         self.kv_pool = SlotPool(config.kv_capacity, "kv")
         self.state_pool = SlotPool(config.state_capacity, "state") if config.state_capacity else None
         self.pipeline = StoppingDecodePipeline() if config.pipeline else None
@@ -218,54 +171,27 @@ class Engine:
     def plan_decode(self, req: Request, budget: int | None = None) -> SeqPlan:
         """One token: the last output, or the still-unread token of the round in flight.
 
-        With speculative decoding the round also verifies ``spec_width`` draft positions after it.
+        ``budget`` is what is left of the round's tokens; one token always fits (``BatchEngine`` checks).
         """
         token = IN_FLIGHT if req.samples_in_flight else req.output_token_ids[-1]
-        width = self.decode_width(req, budget) if self.spec_width else 0
-        return self._plan(req, "decode", (token,), sample=True, spec_width=width)
+        return self._plan(req, "decode", (token,), sample=True)
     # --8<-- [end:plan_decode]
 
-    # --8<-- [start:decode_width]
-    def decode_width(self, req: Request, budget: int | None) -> int:
-        """Draft positions this round: ``spec_width``, cut so the verify fits the round's token budget
-        and the group (accepted drafts + 1) cannot pass ``max_new_tokens``. The cut keeps every
-        position inside the request's reservation (prompt + max_new_tokens)."""
-        left = req.params.max_new_tokens - len(req.output_token_ids)
-        width = min(self.spec_width, left - 1)
-        if budget is not None:
-            width = min(width, budget - 1)
-        return max(width, 0)
-    # --8<-- [end:decode_width]
-
-    def _plan(self, req: Request, kind: str, tokens: tuple, sample: bool, spec_width: int = 0) -> SeqPlan:
-        start = req.num_computed
-        new_slots = self.kv_pool.allocate(len(tokens) + spec_width)
-        req.kv_slots.extend(new_slots)
-        req.num_computed += len(new_slots)
-        # draft tokens are proposed inside the runner; the trace shows them as "?" until verified
-        self.trace.emit(self.round_id, "schedule", req.request_id, phase=kind,
-                        inputs=list(tokens) + [None] * spec_width, start_pos=start, slots=new_slots)
-        # a draft model catches up from the committed tokens (a speculative engine has none in flight)
-        history = req.prompt_token_ids + tuple(req.output_token_ids) if spec_width else ()
-        return SeqPlan(req.request_id, kind, tuple(tokens), start, tuple(new_slots), tuple(req.kv_slots),
-                       req.state_slot, sample, req.params, spec_width, history)
+    def _plan(self, req: Request, kind: str, tokens: tuple, sample: bool) -> SeqPlan:
+        start, new_slots = req.num_computed, self.take_slots(req, len(tokens))
+        self.trace.emit(self.round_id, "schedule", req.request_id, phase=kind, inputs=list(tokens),
+                        start_pos=start, slots=new_slots)
+        return SeqPlan(request_id=req.request_id, kind=kind, token_ids=tuple(tokens), start_pos=start,
+                       new_slots=tuple(new_slots), context_slots=tuple(req.kv_slots),
+                       state_slot=req.state_slot, sample=sample, params=req.params)
     # --8<-- [end:plan]
 
-    # --8<-- [start:rollback]
-    def rollback(self, req: Request) -> None:
-        """After a speculative round: go back to the committed prefix, in the runner and in the KV pool.
-
-        The caches must hold ``prompt + output[:-1]``. The runner sets every model's state back to that
-        length (``Runner.rewind``); the KV slots of rejected draft positions go back to the pool. Their stale
-        keys and values are harmless: a slot is written before it is read.
-        """
-        keep = req.prompt_len + len(req.output_token_ids) - 1
-        self.runner.rewind(req.request_id, keep)
-        freed, req.kv_slots = req.kv_slots[keep:], req.kv_slots[:keep]  # none when every draft was accepted
-        req.num_computed = keep
-        self.kv_pool.free(freed)
-        self.trace.emit(self.round_id, "rollback", req.request_id, slots=freed, kept=keep)
-    # --8<-- [end:rollback]
+    def take_slots(self, req: Request, n: int) -> list[int]:
+        """Give the request ``n`` more KV slots, for its next ``n`` positions."""
+        new_slots = self.kv_pool.allocate(n)
+        req.kv_slots.extend(new_slots)
+        req.num_computed += n
+        return new_slots
 
     # --8<-- [start:commit_round]
     def commit_round(self, plan: RoundPlan, result: RoundResult) -> list[Delivery]:
@@ -281,22 +207,15 @@ class Engine:
                     self.trace.emit(self.round_id, "discard", req.request_id, tokens=tokens,
                                     round=plan.round_id, why=f"already finished: {req.finish_reason.value}")
                 else:
-                    self._trace_verify(req, result)
-                    deliveries.append(self._commit_sampled(plan.round_id, req, tokens))
-                    if seq.spec_width and not req.finished:
-                        self.rollback(req)  # back to the committed prefix, in the runner and the KV pool
+                    deliveries.append(self.commit_sampled(plan.round_id, seq, result))
             self.release_if_idle(req)
         return deliveries
     # --8<-- [end:commit_round]
 
-    def _trace_verify(self, req: Request, result: RoundResult) -> None:
-        """Speculative rounds: record what the draft proposed and how many drafts the target accepted."""
-        verified = result.extra.get("verify", {}).get(req.request_id)
-        if verified is not None:
-            self.trace.emit(self.round_id, "verify", req.request_id, **verified)
-
-    def _commit_sampled(self, round_id: int, req: Request, tokens: list[int]) -> Delivery:
-        kept, dropped, reason = commit_tokens(req, tokens)
+    def commit_sampled(self, round_id: int, seq: SeqPlan, result: RoundResult) -> Delivery:
+        """Commit the tokens one request sampled in round ``round_id``; finish it if they stop it."""
+        req = self.requests[seq.request_id]
+        kept, dropped, reason = commit_tokens(req, result.tokens.get(seq.request_id, []))
         if kept:
             if req.first_token_at is None:
                 req.first_token_at = time.perf_counter()

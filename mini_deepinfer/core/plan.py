@@ -17,7 +17,7 @@ from .request import SamplingParams
 IN_FLIGHT = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeqPlan:
     """One request's share of a round.
 
@@ -31,10 +31,6 @@ class SeqPlan:
         state_slot: the request's convolution/recurrent state slot (None for runners without one).
         sample: whether this round samples a token for the request (last prefill chunk, or decode).
         params: the request's sampling parameters.
-        spec_width: draft tokens the runner proposes and the target verifies after ``token_ids`` this
-            round (speculative decode); the round computes positions ``start_pos .. start_pos + spec_width``.
-        history: speculative decodes only: the committed tokens at positions ``0 .. start_pos`` (the last one
-            is ``token_ids[0]``), from which a draft model catches up on the tokens it has not seen.
     """
 
     request_id: str
@@ -46,13 +42,11 @@ class SeqPlan:
     state_slot: int | None
     sample: bool
     params: SamplingParams
-    spec_width: int = 0
-    history: tuple[int, ...] = ()
 
     @property
     def num_tokens(self) -> int:
-        """Positions the target computes: the inputs plus the draft tokens it verifies."""
-        return len(self.token_ids) + self.spec_width
+        """Positions the round computes for this request."""
+        return len(self.token_ids)
 
 
 @dataclass(frozen=True)
@@ -71,11 +65,10 @@ class RoundPlan:
 class RoundResult:
     """What the CPU reads back from a round: sampled tokens per request that sampled.
 
-    ``tokens[request_id]`` is a list: one token for plain decoding, an accepted group for
-    speculative decoding. Requests whose prefill chunk did not sample are absent.
+    ``tokens[request_id]`` is a list: one token per plain decode (a runner that delivers several per round
+    returns a subclass that says why). Requests whose prefill chunk did not sample are absent.
     """
 
     round_id: int
     tokens: dict[str, list[int]] = field(default_factory=dict)
-    extra: dict[str, object] = field(default_factory=dict)
 

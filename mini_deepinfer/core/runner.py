@@ -1,9 +1,9 @@
-"""The runner protocol: the four calls the engine makes on whatever computes its rounds.
+"""The runner protocol: the three calls the engine makes on whatever computes its rounds.
 
 Scope: ``Runner``, what the engine asks of a runner. ``launch`` starts a round and must not wait for it;
-``read`` waits for the round's sampled tokens; ``rewind`` sets a request's state back to a committed length
-after a speculative round rejected some drafts; ``release`` forgets a finished request. A synchronous engine
+``read`` waits for the round's sampled tokens; ``release`` forgets a finished request. A synchronous engine
 calls ``launch`` and ``read`` back to back; a cross-round engine launches round N+1 before it reads round N.
+(A runner that drafts also goes back to a committed length: ``speculative.DraftingRunner``.)
 Non-scope: any implementation. The toy runner (``core/toy.py``) needs only the standard library; the model
 runners (``runtime/``) need PyTorch.
 """
@@ -27,11 +27,7 @@ class Runner(Protocol):
         """Wait for the round behind ``handle`` and return its sampled tokens."""
         ...
 
-    def rewind(self, request_id: str, length: int) -> None:
-        """After a speculative round: keep positions ``0 .. length - 1`` of the request, in every model."""
-        ...
-
     def release(self, request_id: str) -> None:
-        """Forget a finished request (its generator, its device-side last token, its captured states)."""
+        """Forget a finished request (its generator, its device-side last token, its snapshots)."""
         ...
 # --8<-- [end:runner]

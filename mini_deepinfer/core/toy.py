@@ -50,9 +50,6 @@ class ToyRunner:
         self.last_sampled.pop(request_id, None)
 # --8<-- [end:toy_runner]
 
-    def rewind(self, request_id: str, length: int) -> None:
-        """Nothing to do: the toy proposes no drafts, so no computed position is ever rejected."""
-
     def _resolve(self, seq: SeqPlan) -> list[int]:
         """Replace the in-flight marker by the token this request sampled last (from "device memory")."""
         return [self.last_sampled[seq.request_id] if t is IN_FLIGHT else t for t in seq.token_ids]

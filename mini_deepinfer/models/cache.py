@@ -4,9 +4,9 @@ Scope: the tensors, indexed by slot number. A *KV slot* is one row of every full
 value tensors and holds one token position of one sequence ("paged attention with block size 1"). A *state
 slot* is one row of every linear-attention (Gated DeltaNet) layer's convolution window and recurrent state and
 holds one sequence's whole past, whatever its length. The model reads and writes these rows during
-``forward``; this class also resets and snapshots state slots, and keeps the per-position states
-of sequences whose forward asked for them (``SeqInput.capture``), so that speculative decoding
-can set a state slot back to the state after any verified position.
+``forward``; this class also resets state slots and keeps *snapshots*: the per-position states of sequences
+whose forward asked for them (``SeqInput.snapshot``), so that speculative decoding can set a state slot back
+to the state after any verified position. ("Capture" in this package means CUDA-graph capture only.)
 
 Non-scope: slot accounting. Which slots are free, and when a slot may be released, is decided by the engine's
 ``SlotPool``; the cache never allocates or frees slots.
@@ -79,7 +79,7 @@ class HybridCache:
             self.conv_state[i] = torch.zeros(conv_shape, dtype=dtype, device=self.device)
             self.recurrent_state[i] = torch.zeros(rec_shape, dtype=torch.float32, device=self.device)
         # state slot -> "conv" / "recurrent" -> layer -> [positions, ...]: the state after each position
-        self.captured: dict[int, dict[str, dict[int, torch.Tensor]]] = {}
+        self.snapshots: dict[int, dict[str, dict[int, torch.Tensor]]] = {}
     # --8<-- [end:tensors]
 
     def _state_tensors(self) -> list[torch.Tensor]:
@@ -97,9 +97,9 @@ class HybridCache:
             "recurrent": [self.recurrent_state[i][slot].clone() for i in sorted(self.recurrent_state)],
         }
 
-    # --8<-- [start:capture]
-    def record_states(self, kind: str, layer: int, slot: int, states: torch.Tensor) -> None:
-        """Append states of one sequence, one row per position, to what slot ``slot`` has captured.
+    # --8<-- [start:snapshots]
+    def record_snapshots(self, kind: str, layer: int, slot: int, states: torch.Tensor) -> None:
+        """Append states of one sequence, one row per position, to the snapshots of slot ``slot``.
 
         Args:
             kind: ``"conv"`` (windows ``[n, conv_dim, kernel - 1]``) or ``"recurrent"`` (``[n, Hv, dk, dv]``).
@@ -107,27 +107,27 @@ class HybridCache:
             slot: the sequence's state slot.
             states: the state after each of ``n`` consecutive positions, oldest first.
         """
-        held = self.captured.setdefault(slot, {}).setdefault(kind, {})
+        held = self.snapshots.setdefault(slot, {}).setdefault(kind, {})
         held[layer] = torch.cat([held[layer], states]) if layer in held else states
 
-    def capture_current(self, slots: list[int]) -> None:
-        """Append each slot's current state to its capture (a snapshot after a one-token step)."""
+    def snapshot_current(self, slots: list[int]) -> None:
+        """Append each slot's current state to its snapshots (the state after a one-token step)."""
         for i in self.conv_state:
             for slot in slots:
-                self.record_states("conv", i, slot, self.conv_state[i][slot][None].clone())
-                self.record_states("recurrent", i, slot, self.recurrent_state[i][slot][None].clone())
+                self.record_snapshots("conv", i, slot, self.conv_state[i][slot][None].clone())
+                self.record_snapshots("recurrent", i, slot, self.recurrent_state[i][slot][None].clone())
 
-    def restore_captured(self, slot: int, index: int) -> None:
-        """Set state slot ``slot`` to its captured state number ``index`` in every layer; drop the rest."""
-        held = self.captured.pop(slot, {})
+    def restore_snapshot(self, slot: int, index: int) -> None:
+        """Set state slot ``slot`` to its snapshot number ``index`` in every layer; drop the rest."""
+        held = self.snapshots.pop(slot, {})
         for i in self.conv_state:
             self.conv_state[i][slot].copy_(held["conv"][i][index])
             self.recurrent_state[i][slot].copy_(held["recurrent"][i][index])
 
-    def drop_captured(self, slot: int) -> None:
-        """Forget what slot ``slot`` captured (its current state is the one to keep)."""
-        self.captured.pop(slot, None)
-    # --8<-- [end:capture]
+    def drop_snapshots(self, slot: int) -> None:
+        """Forget the snapshots of slot ``slot`` (its current state is the one to keep)."""
+        self.snapshots.pop(slot, None)
+    # --8<-- [end:snapshots]
 
     def read_kv(self, slots: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         """Return clones of the keys and values at ``slots``: ``{"key": [...], "value": [...]}``."""

@@ -182,7 +182,7 @@ def paged_attention(
         decoded = _decode_attention(layout.decode_part(q), key_cache, value_cache, layout, scale)
         out.index_copy_(0, layout.decode_rows, decoded)
     for b in layout.prefill_seqs:
-        start, n = layout.starts[b], batch.query_lens[b]
+        start, n = layout.row_offsets[b], batch.query_lens[b]
         slots = batch.kv_slots[b]
         offset = batch.context_lens[b] - n
         out[start : start + n] = _prefill_attention(
@@ -280,7 +280,7 @@ class CausalLM(nn.Module):
             cache.reset_states(batch.fresh_slots)
         dtype = self.model.embed_tokens.weight.dtype
         cos, sin = self.rotary.cos_sin(batch.positions, dtype)
-        return ForwardContext(batch, cache, batch.layout, cos, sin)
+        return ForwardContext(batch=batch, cache=cache, cos=cos, sin=sin)
     # --8<-- [end:forward]
 
     @torch.no_grad()

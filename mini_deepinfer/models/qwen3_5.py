@@ -312,13 +312,13 @@ class GatedDeltaNet(nn.Module):
                 return y[:, 0, :]
             out.index_copy_(0, layout.decode_rows, y[:, 0, :])
         for b in layout.prefill_seqs:
-            start, n = layout.starts[b], batch.query_lens[b]
+            start, n = layout.row_offsets[b], batch.query_lens[b]
             slot = batch.state_slots[b : b + 1]
             old = windows.index_select(0, slot)
             y, new = causal_conv_with_window(mixed[None, start : start + n], old, self.conv1d.weight)
-            if b in layout.captured:
+            if b in layout.snapshot_seqs:
                 after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
-                ctx.cache.record_states("conv", self.layer_idx, layout.state_slot_ids[b], after)
+                ctx.cache.record_snapshots("conv", self.layer_idx, layout.state_slot_ids[b], after)
             windows.index_copy_(0, slot, new)
             out[start : start + n] = y[0]
         return out
@@ -362,12 +362,12 @@ class GatedDeltaNet(nn.Module):
                 return o
             out.index_copy_(0, layout.decode_rows, o)
         for b in layout.prefill_seqs:
-            rows = slice(layout.starts[b], layout.starts[b] + batch.query_lens[b])
+            rows = slice(layout.row_offsets[b], layout.row_offsets[b] + batch.query_lens[b])
             slot = batch.state_slots[b : b + 1]
             heads_first = [t[rows].transpose(0, 1)[None] for t in (q, k, v, g, beta)]
-            if b in layout.captured:
+            if b in layout.snapshot_seqs:
                 o, after = recurrent_delta_states(*heads_first, states.index_select(0, slot))
-                ctx.cache.record_states("recurrent", self.layer_idx, layout.state_slot_ids[b], after[:, 0])
+                ctx.cache.record_snapshots("recurrent", self.layer_idx, layout.state_slot_ids[b], after[:, 0])
                 new = after[-1]
             else:
                 o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))

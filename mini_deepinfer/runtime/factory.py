@@ -14,7 +14,9 @@ from dataclasses import replace
 import torch
 
 from mini_deepinfer.core.batch import BatchEngine
-from mini_deepinfer.core.engine import Engine, EngineConfig
+from mini_deepinfer.core.config import EngineConfig
+from mini_deepinfer.core.engine import Engine
+from mini_deepinfer.core.speculative import SpeculativeBatchEngine, SpeculativeEngine
 from mini_deepinfer.core.trace import Trace
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
@@ -23,7 +25,7 @@ from mini_deepinfer.runtime.model_runner import ModelRunner
 from mini_deepinfer.runtime.speculative.draft import ModelDraft, check_same_vocabulary
 from mini_deepinfer.runtime.speculative.runner import SpeculativeRunner
 
-__all__ = ["build_engine", "check_draft", "new_cache"]
+__all__ = ["build_engine", "check_draft", "engine_class", "new_cache", "new_runner", "use_graphs"]
 
 
 GRAPHS_BY_DEFAULT: frozenset[str] = frozenset()
@@ -54,7 +56,8 @@ def check_draft(config: EngineConfig, has_draft: bool) -> None:
 # --8<-- [start:build_engine]
 def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | None = None,
                  batching: bool = True, trace: Trace | None = None, keep_logits: bool = False,
-                 graphs: bool = False, runner: ModelRunner | None = None) -> Engine:
+                 use_graphs: bool = False, runner: ModelRunner | None = None,
+                 graphs: bool | None = None) -> Engine:
     """Build the engine that runs ``model``: its cache, its runner (with the draft's, if any), the engine.
 
     Args:
@@ -65,28 +68,39 @@ def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | Non
         batching: a ``BatchEngine`` (budget, chunking, many requests) rather than one request at a time.
         trace: where the engine's trace events go.
         keep_logits: the runner also hands back each sampled row's logits (tests compare them).
-        graphs: run plain greedy decode rounds on static buffers, captured as graphs on an accelerator
-            (``runtime.graphs``); a speculative runner always runs eagerly.
+        use_graphs: run plain greedy decode rounds on static buffers, every bucket captured as a graph (on an
+            accelerator) now, before any request (``runtime.graphs``); a speculative runner always runs
+            eagerly. ``graphs`` is its former name, still accepted.
         runner: reuse the runner of an earlier engine whose requests have all finished (its cache, and the
             graphs it has captured, as a server keeps them from one batch of requests to the next).
     """
     check_draft(config, draft is not None)
     if config.state_capacity is None:
         config = replace(config, state_capacity=config.max_num_seqs if batching else 1)
-    if runner is not None:
-        held = (runner.cache.kv_capacity, runner.cache.state_capacity)
-        if held != (config.kv_capacity, config.state_capacity):
-            raise ValueError(f"the runner's cache holds {held} KV and state slots, the config asks for "
-                             f"{(config.kv_capacity, config.state_capacity)}")
-        return (BatchEngine if batching else Engine)(runner, config, trace)
-    graphs = graphs and draft is None
-    cache = new_cache(model, config.kv_capacity, config.state_capacity, dummy_slots=graphs)
-    if draft is None:
-        runner = ModelRunner(model, cache, keep_logits, DecodeGraphs(model, cache) if graphs else None)
-    else:
-        check_same_vocabulary(model, draft)
-        draft_cache = new_cache(draft, config.kv_capacity, config.state_capacity)
-        runner = SpeculativeRunner(model, cache, ModelDraft(draft, draft_cache))
-    engine_class = BatchEngine if batching else Engine
-    return engine_class(runner, config, trace)
+    if runner is None:
+        use_graphs = (use_graphs or bool(graphs)) and draft is None
+        runner = new_runner(model, config, draft, keep_logits, use_graphs)
+    held = (runner.cache.kv_capacity, runner.cache.state_capacity)
+    if held != (config.kv_capacity, config.state_capacity):
+        raise ValueError(f"the runner's cache holds {held} KV and state slots, the config asks for "
+                         f"{(config.kv_capacity, config.state_capacity)}")
+    return engine_class(speculative=config.spec_width > 0, batching=batching)(runner, config, trace)
 # --8<-- [end:build_engine]
+
+
+def engine_class(*, speculative: bool, batching: bool) -> type[Engine]:
+    """The engine for a mode: batching or one request at a time, with draft positions or without."""
+    if speculative:
+        return SpeculativeBatchEngine if batching else SpeculativeEngine
+    return BatchEngine if batching else Engine
+
+
+def new_runner(model: CausalLM, config: EngineConfig, draft: CausalLM | None, keep_logits: bool,
+               use_graphs: bool) -> ModelRunner:
+    """A runner and its caches, sized as ``config`` says (graphs are captured here, before any request)."""
+    cache = new_cache(model, config.kv_capacity, config.state_capacity, dummy_slots=use_graphs)
+    if draft is None:
+        return ModelRunner(model, cache, keep_logits, DecodeGraphs(model, cache) if use_graphs else None)
+    check_same_vocabulary(model, draft)
+    draft_cache = new_cache(draft, config.kv_capacity, config.state_capacity)
+    return SpeculativeRunner(model, cache, ModelDraft(draft, draft_cache))

@@ -2,13 +2,14 @@
 
 Scope: ``DecodeGraphs``. A decode round is padded to a fixed shape, a *bucket* (``rows`` sequences,
 ``context`` keys each: powers of two, up to the cache's state and KV capacities), and laid out by
-``stage_round`` in that bucket's static device buffer with one non-blocking copy. The first round of a bucket
-captures the whole step (tokens still in flight gathered from the previous round's sampled tokens, the model
-forward, greedy sampling, the non-finite flag) into a graph: ``torch.cuda.CUDAGraph`` on CUDA,
-``torch.npu.NPUGraph`` through torch_npu on an Ascend NPU (written against its documented API; not run here).
-Every later round of the bucket only copies its inputs and replays. Padding rows and padding keys point at the
-cache's reserved dummy KV slot and dummy state slot, which no request holds, so what they compute is never
-read. All buckets share one memory pool.
+``stage_round`` in that bucket's static device buffer with one non-blocking copy from pinned memory. Before
+any request runs, ``capture_all`` records every bucket's whole step (tokens still in flight gathered from the
+previous round's sampled tokens, the model forward, greedy sampling, the non-finite flag) into a graph, as
+DeepInfer, SGLang and vLLM do at start-up: ``torch.cuda.CUDAGraph`` on CUDA, ``torch.npu.NPUGraph`` through
+torch_npu on an Ascend NPU (written against its documented API; not run here). A round then only copies its
+inputs into its bucket and replays: no capture and no blocking copy once requests run. Padding rows and
+padding keys point at the cache's reserved dummy KV slot and dummy state slot, which no request holds, so
+what they compute is never read. All buckets share one memory pool, captured largest first.
 
 On CPU there is nothing to capture: the same static-buffer step runs eagerly, so a CPU test checks the layout,
 the padding and the in-flight gather of the graph path against eager execution.
@@ -21,23 +22,20 @@ length is part of the bucket.
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 
 import torch
+from tqdm import tqdm
 
 from mini_deepinfer.core.plan import RoundPlan
 from mini_deepinfer.models.cache import HybridCache
-from mini_deepinfer.models.forward_batch import (
-    ForwardBatch,
-    Padding,
-    RoundShape,
-    SeqInput,
-    Staging,
-    stage_round,
-)
+from mini_deepinfer.models.forward_batch import RoundLayout
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.device import device_module
 from mini_deepinfer.runtime.sampling import flag_non_finite
+from mini_deepinfer.runtime.staging import Padding, SeqInput, Staging, batch_from_views, stage_round
 
 GRAPH_API = {"cuda": "CUDAGraph", "npu": "NPUGraph"}
 """The graph class of each accelerator's device module; ``module.graph(g, pool=...)`` captures into it."""
@@ -60,9 +58,9 @@ class Bucket:
     """One padded shape: its layout, its static input buffer, its output, and its graph."""
 
     padding: Padding
-    shape: RoundShape  # the layout ``stage_round`` gives every round of this bucket (host decisions)
+    layout: RoundLayout  # the layout ``stage_round`` gives every round of this bucket (host decisions)
     segments: list[tuple[str, int, bool]]  # where each input sits in ``static``
-    static: torch.Tensor  # the staging buffer every replay reads: rounds copy their inputs into it
+    static: torch.Tensor  # on the device: the staging buffer every replay reads; rounds copy their inputs in
     tokens: torch.Tensor  # [rows] the step's sampled tokens
     graph: object | None = None  # None on CPU: the step runs eagerly on ``static``
 
@@ -86,6 +84,7 @@ class DecodeGraphs:
         self.buckets: dict[tuple[int, int], Bucket] = {}
         self.pool: object | None = None
         self.sampled: torch.Tensor | None = None
+        self.capture_s = 0.0  # seconds ``capture_all`` took
         self.last: tuple[int, int] | None = None  # the bucket (rows, context) of the last round
 
     @property
@@ -93,15 +92,33 @@ class DecodeGraphs:
         """The largest bucket: as many rows as the cache has state slots (one per running request)."""
         return self.rows[-1]
 
-    def bind(self, sampled: torch.Tensor) -> None:
-        """Where the runner keeps the last round's sampled tokens: in-flight inputs are gathered from it."""
+    # --8<-- [start:capture_all]
+    def capture_all(self, sampled: torch.Tensor) -> None:
+        """Make every bucket a run can need, largest first, before any request (captured on an accelerator).
+
+        ``sampled`` is where the runner keeps the last round's sampled tokens, in-flight inputs are gathered
+        from it: its size is final, since each graph reads it at the address it had when captured.
+        """
+        if self.buckets:
+            raise RuntimeError("the decode graphs are already captured")
         self.sampled = sampled
+        shapes = [(rows, context) for rows in reversed(self.rows) for context in reversed(self.contexts)]
+        started = time.perf_counter()
+        what = "capturing decode graphs" if self.capture else "static decode buffers"
+        bar = tqdm(shapes, desc=what, unit="bucket", leave=False, disable=not sys.stderr.isatty())
+        for rows, context in bar:
+            self.buckets[(rows, context)] = self._new_bucket(rows, context)
+        module = device_module(self.device)
+        if module is not None:
+            module.synchronize()  # start-up: the last copies and captures are done before requests run
+        self.capture_s = time.perf_counter() - started
+    # --8<-- [end:capture_all]
 
     # --8<-- [start:accepts]
     def accepts(self, plan: RoundPlan) -> bool:
         """A plain greedy decode round that fits a bucket (everything else runs eagerly)."""
         seqs = plan.seqs
-        plain_greedy = all(s.kind == "decode" and not s.spec_width and s.params.greedy for s in seqs)
+        plain_greedy = all(s.kind == "decode" and s.num_tokens == 1 and s.params.greedy for s in seqs)
         return (0 < len(seqs) <= self.rows[-1] and plain_greedy
                 and max(len(s.context_slots) for s in seqs) <= self.contexts[-1])
     # --8<-- [end:accepts]
@@ -111,10 +128,10 @@ class DecodeGraphs:
         """Copy the round's inputs into its bucket's static buffer and replay; the sampled tokens ``[n]``."""
         rows = next(r for r in self.rows if r >= len(seqs))
         context = next(c for c in self.contexts if c >= max(s.context_len for s in seqs))
-        bucket = self.buckets.get((rows, context)) or self._new_bucket(rows, context)
+        bucket = self.buckets[(rows, context)]  # every bucket was made by ``capture_all``
         self.last = (rows, context)
         staging = Staging()
-        if stage_round(seqs, staging, [], bucket.padding) != bucket.shape:
+        if stage_round(seqs, staging, [], bucket.padding) != bucket.layout:
             raise RuntimeError(f"a decode round does not have the layout of its bucket {rows} x {context}")
         staging.upload(self.device, into=bucket.static)
         if bucket.graph is not None:
@@ -128,21 +145,23 @@ class DecodeGraphs:
     def _step(self, bucket: Bucket) -> None:
         """What a graph holds: the batch as views of the static buffer, the forward, greedy tokens."""
         views = Staging.views(bucket.segments, bucket.static)
-        batch = ForwardBatch.from_staged(bucket.shape, views).with_in_flight(self.sampled)
+        batch = batch_from_views(bucket.layout, views).with_in_flight(self.sampled)
         logits = self.model(batch, self.cache)
         bucket.tokens.copy_(flag_non_finite(logits, torch.argmax(logits, dim=-1)))
     # --8<-- [end:step]
 
     def _new_bucket(self, rows: int, context: int) -> Bucket:
-        """Lay out an all-padding round of the shape, then capture its step (on an accelerator)."""
+        """Lay out an all-padding round of the shape in a static device buffer (filled from pinned memory),
+        then capture its step (on an accelerator)."""
         padding = Padding(rows, context, self.cache.dummy_kv_slot, self.cache.dummy_state_slot)
         staging = Staging()
-        shape = stage_round([], staging, [], padding)
-        bucket = Bucket(padding, shape, staging.segments(), staging.host(pin=False).to(self.device),
+        layout = stage_round([], staging, [], padding)
+        static = torch.empty(sum(n for _, n, _ in staging.segments()), dtype=torch.int64, device=self.device)
+        staging.upload(self.device, into=static)
+        bucket = Bucket(padding, layout, staging.segments(), static,
                         torch.zeros(rows, dtype=torch.int64, device=self.device))
         if self.capture:
             bucket.graph = self._capture(bucket)
-        self.buckets[(rows, context)] = bucket
         return bucket
 
     # --8<-- [start:capture]

@@ -41,7 +41,6 @@ __all__ = [
     "draw",
     "draw_uniforms",
     "flag_non_finite",
-    "is_greedy",
     "make_generator",
     "probabilities",
     "sample",
@@ -50,10 +49,13 @@ __all__ = [
 
 
 class SamplingLike(Protocol):
-    """The four fields of ``SamplingParams`` that sampling reads."""
+    """The fields of ``SamplingParams`` that sampling reads (tests also pass values it would refuse)."""
 
     @property
-    def temperature(self) -> float: ...  # 0.0 = greedy
+    def greedy(self) -> bool: ...  # temperature 0: the argmax
+
+    @property
+    def temperature(self) -> float: ...
 
     @property
     def top_k(self) -> int: ...  # 0 = off
@@ -63,11 +65,6 @@ class SamplingLike(Protocol):
 
     @property
     def seed(self) -> int | None: ...
-
-
-def is_greedy(params: SamplingLike) -> bool:
-    """True when the row takes the argmax (temperature 0)."""
-    return params.temperature == 0.0
 
 
 def make_generator(seed: int | None) -> torch.Generator:
@@ -160,11 +157,11 @@ def draw_uniforms(params: Sequence[SamplingLike],
     """
     if len(params) != len(generators):
         raise ValueError(f"{len(params)} params but {len(generators)} generators")
-    if all(is_greedy(p) for p in params):
+    if all(p.greedy for p in params):
         return None
     uniforms = []
     for i, (row_params, generator) in enumerate(zip(params, generators)):
-        if is_greedy(row_params):
+        if row_params.greedy:
             uniforms.append(0.0)
         elif generator is None:
             raise ValueError(f"row {i} samples (temperature {row_params.temperature}) but has no generator")
@@ -226,12 +223,12 @@ def sample(
         raise ValueError(f"logits must be [S, V], got shape {tuple(logits.shape)}")
     if len(params) != logits.shape[0]:
         raise ValueError(f"{logits.shape[0]} logit rows but {len(params)} params")
-    if uniforms is None and any(not is_greedy(p) for p in params):
+    if uniforms is None and any(not p.greedy for p in params):
         drawn = draw_uniforms(params, generators if generators is not None else [None] * len(params))
         uniforms = torch.tensor(drawn, dtype=torch.float64).to(logits.device)
     tokens = torch.argmax(logits, dim=-1)
     for i, row_params in enumerate(params):
-        if not is_greedy(row_params):
+        if not row_params.greedy:
             tokens[i : i + 1] = _sample_row(logits[i], row_params, uniforms[i : i + 1])
     return tokens
 # --8<-- [end:sample]
@@ -239,7 +236,7 @@ def sample(
 
 def _row_probabilities(row: torch.Tensor, params: SamplingLike) -> torch.Tensor:
     """The filtered distribution of one row in vocabulary order, float64 on the CPU, summing to 1."""
-    if is_greedy(params):
+    if params.greedy:
         one_hot = torch.zeros(row.numel(), dtype=torch.float64)
         one_hot[int(torch.argmax(row))] = 1.0
         return one_hot

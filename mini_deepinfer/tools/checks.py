@@ -16,9 +16,9 @@ import torch
 from mini_deepinfer.core.engine import EngineConfig
 from mini_deepinfer.core.request import Request
 from mini_deepinfer.models.cache import HybridCache
-from mini_deepinfer.models.forward_batch import ForwardBatch
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.factory import build_engine
+from mini_deepinfer.runtime.staging import batch_from_sequences
 
 __all__ = ["check_greedy", "cold_difference"]
 
@@ -42,7 +42,7 @@ def cold_difference(model: CausalLM, cache: HybridCache, tokens: Sequence[int], 
     """
     n = len(tokens)
     cold = HybridCache(model.config, n, 1, cache.dtype, cache.device)
-    model(ForwardBatch.from_sequences([list(tokens)], [0], [list(range(n))], [0], device=cache.device), cold)
+    model(batch_from_sequences([list(tokens)], [0], [list(range(n))], [0], device=cache.device), cold)
     rows = torch.tensor(list(kv_slots[:n]), dtype=torch.int64, device=cache.device)
 
     def worst(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> float:

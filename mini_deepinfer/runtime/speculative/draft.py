@@ -16,9 +16,9 @@ import torch
 
 from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.models.cache import HybridCache
-from mini_deepinfer.models.forward_batch import ForwardBatch
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.sampling import draw, probabilities
+from mini_deepinfer.runtime.staging import batch_from_sequences
 
 __all__ = ["DraftJob", "DraftSettle", "ModelDraft", "Proposal", "check_same_vocabulary", "draft_keeps"]
 
@@ -31,7 +31,7 @@ def check_same_vocabulary(target: CausalLM, draft: CausalLM) -> None:
                          "speculative decoding needs the same tokenizer")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DraftJob:
     """One speculative decode as the draft sees it: the committed tokens and where the round starts."""
 
@@ -45,14 +45,14 @@ class DraftJob:
     generator: torch.Generator | None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Proposal:
     """What the draft proposed for one request, and the inputs it ran to get there."""
 
-    drafts: list[int]
-    q: torch.Tensor | None  # [width, V] float64 on the CPU; None for greedy requests
     topup_start: int  # first position of the top-up (the draft cache held positions 0..topup_start-1)
     inputs: list[list[int]]  # the draft's inputs: the top-up tokens, then one token per later step
+    drafts: list[int] = field(default_factory=list)
+    q: torch.Tensor | None = None  # [width, V] float64 on the CPU; None for greedy requests
 
 
 @dataclass
@@ -77,7 +77,7 @@ class ModelDraft:
 
     Attributes:
         model: the draft model (same vocabulary as the target).
-        cache: the draft's own KV and state tensors; ``cache.captured`` keeps per-step state snapshots.
+        cache: the draft's own KV and state tensors; ``cache.snapshots`` keeps its state after each step.
         computed: request id -> positions 0..computed-1 that the draft cache holds for it.
     """
 
@@ -94,10 +94,7 @@ class ModelDraft:
         position, over the requests that still need one. The state after each step but a request's last
         is snapshotted, so :meth:`rewind` can go back to any accepted length.
         """
-        props: dict[str, Proposal] = {}
-        for job in jobs:
-            start = self.computed.get(job.request_id, 0)
-            props[job.request_id] = Proposal([], None, start, [job.history[start : job.start + 1]])
+        props = {job.request_id: self._top_up(job) for job in jobs}
         active = list(jobs)
         for step in range(max((j.width for j in jobs), default=0)):
             inputs = [props[j.request_id].inputs[-1] for j in active]
@@ -107,16 +104,21 @@ class ModelDraft:
                 self._choose(job, row, props[job.request_id])
                 self.computed[job.request_id] = job.start + step + 1
             active = [j for j in active if j.width > step + 1]
-            self.cache.capture_current([j.state_slot for j in active])  # not after a request's last step
+            self.cache.snapshot_current([j.state_slot for j in active])  # not after a request's last step
             for job in active:
                 props[job.request_id].inputs.append([props[job.request_id].drafts[-1]])
         return props
     # --8<-- [end:model_draft]
 
+    def _top_up(self, job: DraftJob) -> Proposal:
+        """The request's first draft input: every committed token the draft cache has not seen, up to t0."""
+        start = self.computed.get(job.request_id, 0)
+        return Proposal(topup_start=start, inputs=[job.history[start : job.start + 1]])
+
     def _forward(self, jobs: list[DraftJob], inputs: list[list[int]], starts: list[int]) -> torch.Tensor:
         device = self.model.lm_head.weight.device
-        batch = ForwardBatch.from_sequences(inputs, starts, [j.kv_slots for j in jobs],
-                                            [j.state_slot for j in jobs], device=device)
+        batch = batch_from_sequences(inputs, starts, [j.kv_slots for j in jobs], [j.state_slot for j in jobs],
+                                     device=device)
         self.forwards += 1
         return self.model(batch, self.cache)
 
@@ -142,9 +144,9 @@ class ModelDraft:
         """
         settle = draft_keeps(job, length)
         if settle.kept < settle.computed:
-            self.cache.restore_captured(job.state_slot, settle.kept - job.start - 1)
+            self.cache.restore_snapshot(job.state_slot, settle.kept - job.start - 1)
         else:
-            self.cache.drop_captured(job.state_slot)
+            self.cache.drop_snapshots(job.state_slot)
         self.computed[job.request_id] = settle.kept
         return settle
     # --8<-- [end:rewind]
@@ -153,7 +155,7 @@ class ModelDraft:
         """The request is gone: the draft holds nothing for it any more."""
         self.computed.pop(request_id, None)
         if state_slot is not None:
-            self.cache.drop_captured(state_slot)
+            self.cache.drop_snapshots(state_slot)
 
     def free_kv_slots(self) -> int:
         """KV slots of the draft cache that hold no request's positions."""

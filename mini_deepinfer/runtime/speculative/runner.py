@@ -2,13 +2,13 @@
 
 Scope: :class:`SpeculativeRunner`, a :class:`~mini_deepinfer.runtime.model_runner.ModelRunner` whose round
 runs the draft for every speculative decode, then ONE target forward over the whole round (prefill chunks,
-plain decodes and each speculative ``[t0, d1 .. dk]``) that records the target's state after each verified
-position (``SeqInput.capture``), then verifies. After the engine has committed the group it calls
+plain decodes and each speculative ``[t0, d1 .. dk]``) that keeps a snapshot of the target's state after each
+verified position (``SeqInput.snapshot``), then verifies. After the engine has committed the group it calls
 :meth:`SpeculativeRunner.rewind`, the one place where both models go back to the committed length.
 
-The engine's part (``core/engine.py``): a speculative decode reserves KV slots for ``1 + k`` positions and
-costs ``1 + k`` tokens of the round budget; the accepted group is committed one token at a time; then
-``Engine.rollback`` rewinds the runner and returns the KV slots of rejected positions.
+The engine's part (``core/speculative.py``): a speculative decode reserves KV slots for ``1 + k`` positions
+and costs ``1 + k`` tokens of the round budget; the accepted group is committed one token at a time; then
+``SpeculativeEngine.rollback`` rewinds the runner and returns the KV slots of rejected positions.
 
 Non-scope: cross-round execution (the verify needs the sampled tokens on the CPU before the next round is
 planned, so a speculative engine is synchronous), choosing the width from acceptance rates, and a draft with
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from mini_deepinfer.core.plan import RoundPlan, RoundResult, SeqPlan
+from mini_deepinfer.core.plan import RoundPlan
+from mini_deepinfer.core.speculative import SpeculativeResult, SpeculativeSeqPlan, Verified
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.model_runner import ModelRunner
@@ -38,10 +39,10 @@ class SpeculativeLaunch:
 
     round_id: int
     tokens: dict[str, list[int]]
-    verify: dict[str, dict]
+    verified: dict[str, Verified]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RoundDetail:
     """Everything one speculative decode did in a round (the demo prints it; tests inspect it)."""
 
@@ -78,60 +79,72 @@ class SpeculativeRunner(ModelRunner):
     # --8<-- [start:launch]
     def launch(self, plan: RoundPlan) -> SpeculativeLaunch:
         """Draft, then one target forward for the whole round, then verify; ``rewind`` restores the caches."""
-        # rewind and release consume every capture: only a round that failed half-way leaves any
-        self.cache.captured.clear()
-        self.draft.cache.captured.clear()
-        jobs = {s.request_id: self._job(s) for s in plan.seqs if s.spec_width}
+        self._drop_stale_snapshots()
+        speculative = [s for s in plan.seqs if isinstance(s, SpeculativeSeqPlan) and s.spec_width]
+        jobs = {s.request_id: self._job(s) for s in speculative}
         self.jobs = dict(jobs)
         proposals = self.draft.propose(list(jobs.values()))
-        expanded = RoundPlan(plan.round_id, tuple(
-            replace(s, token_ids=s.token_ids + tuple(proposals[s.request_id].drafts), spec_width=0)
-            if s.request_id in jobs else s for s in plan.seqs))
-        rows, row_of = self._logit_rows(expanded, jobs)
-        seqs = [replace(seq, capture=plan_seq.request_id in jobs)
-                for seq, plan_seq in zip(self.sequences(expanded), expanded.seqs)]
-        logits = self.model(self.stage(seqs, rows).batch, self.cache)
-        self.stats["target_forwards"] += 1
-        self.rounds_by_mode["eager"] += 1
+        logits, row_of = self._target_forward(plan, jobs, proposals)
         tokens = self._sample_plain(plan, jobs, logits, row_of)
         self.details = {}
         for rid, job in jobs.items():
             tokens[rid] = self._verify(plan.round_id, job, proposals[rid], logits[row_of[rid]])
-        verify = {rid: self._trace_data(d) for rid, d in self.details.items()}
-        return SpeculativeLaunch(plan.round_id, tokens, verify)
+        verified = {rid: self._verified(d) for rid, d in self.details.items()}
+        return SpeculativeLaunch(plan.round_id, tokens, verified)
     # --8<-- [end:launch]
 
-    def read(self, handle: SpeculativeLaunch) -> RoundResult:
-        return RoundResult(handle.round_id, dict(handle.tokens), {"verify": handle.verify})
+    def _target_forward(self, plan: RoundPlan, jobs: dict[str, DraftJob],
+                        proposals: dict[str, Proposal]) -> tuple[torch.Tensor, dict[str, slice]]:
+        """One target forward over the whole round, each speculative decode as ``[t0, d1 .. dk]`` with a
+        snapshot of the state after each position; the logits and each request's rows in them."""
+        expanded = RoundPlan(plan.round_id, tuple(
+            replace(s, token_ids=s.token_ids + tuple(proposals[s.request_id].drafts), spec_width=0)
+            if s.request_id in jobs else s for s in plan.seqs))
+        rows, row_of = self._logit_rows(expanded, jobs)
+        seqs = [replace(seq, snapshot=plan_seq.request_id in jobs)
+                for seq, plan_seq in zip(self.sequences(expanded), expanded.seqs)]
+        logits = self.model(self.stage(seqs, rows).batch, self.cache)
+        self.stats["target_forwards"] += 1
+        self.rounds_by_mode["eager"] += 1
+        return logits, row_of
+
+    def _drop_stale_snapshots(self) -> None:
+        """``rewind`` and ``release`` consume every snapshot: only a round that failed half-way leaves any."""
+        self.cache.snapshots.clear()
+        self.draft.cache.snapshots.clear()
+
+    def read(self, handle: SpeculativeLaunch) -> SpeculativeResult:
+        return SpeculativeResult(handle.round_id, dict(handle.tokens), verified=dict(handle.verified))
 
     # --8<-- [start:rewind]
     def rewind(self, request_id: str, length: int) -> None:
         """Set both models back to the request's committed prefix (positions ``0 .. length - 1``).
 
-        The target computed positions n..n+k this round and captured its state after each; its state slot
-        takes the capture after position ``length - 1`` (none is needed when every draft was accepted). The
-        draft's cache follows in :meth:`ModelDraft.rewind`.
+        The target computed positions n..n+k this round and kept a snapshot of its state after each; its state
+        slot takes the snapshot after position ``length - 1`` (none is needed when every draft was accepted).
+        The draft's cache follows in :meth:`ModelDraft.rewind`.
         """
         job = self.jobs.pop(request_id)
         if length < job.start + job.width + 1:
-            self.cache.restore_captured(job.state_slot, length - job.start - 1)
+            self.cache.restore_snapshot(job.state_slot, length - job.start - 1)
         else:
-            self.cache.drop_captured(job.state_slot)
+            self.cache.drop_snapshots(job.state_slot)
         self.draft.rewind(job, length)
     # --8<-- [end:rewind]
 
     def release(self, request_id: str) -> None:
-        """Forget a finished request in both models, including what its last round captured."""
+        """Forget a finished request in both models, including the snapshots of its last round."""
         super().release(request_id)
         job = self.jobs.pop(request_id, None)
         state_slot = job.state_slot if job is not None else None
         if state_slot is not None:
-            self.cache.drop_captured(state_slot)
+            self.cache.drop_snapshots(state_slot)
         self.draft.forget(request_id, state_slot)
 
-    def _job(self, seq: SeqPlan) -> DraftJob:
-        return DraftJob(seq.request_id, list(seq.history), seq.start_pos, seq.spec_width,
-                        seq.context_slots, seq.state_slot, seq.params, self._generator(seq))
+    def _job(self, seq: SpeculativeSeqPlan) -> DraftJob:
+        return DraftJob(request_id=seq.request_id, history=list(seq.history), start=seq.start_pos,
+                        width=seq.spec_width, kv_slots=seq.context_slots, state_slot=seq.state_slot,
+                        params=seq.params, generator=self._generator(seq))
 
     def _logit_rows(self, plan: RoundPlan, jobs: dict) -> tuple[list[int], dict[str, slice]]:
         """Rows that need logits: each verified position of a speculative decode, else the sampled row."""
@@ -173,12 +186,14 @@ class SpeculativeRunner(ModelRunner):
         self.stats["proposed"] += job.width
         self.stats["accepted"] += accepted
         self.stats["verify_rounds"] += 1
-        self.details[job.request_id] = RoundDetail(job.request_id, job.start, prop, [job.history[job.start]]
-                                                   + prop.drafts, argmax, accepted, group, settled, steps)
+        self.details[job.request_id] = RoundDetail(
+            request_id=job.request_id, start=job.start, proposal=prop,
+            target_inputs=[job.history[job.start]] + prop.drafts, target_choice=argmax, accepted=accepted,
+            group=group, draft=settled, steps=steps)
         return group
     # --8<-- [end:verify]
 
     @staticmethod
-    def _trace_data(detail: RoundDetail) -> dict:
-        return {"drafts": detail.proposal.drafts, "accepted": detail.accepted,
-                "draft_cache": f"computed {detail.draft.computed} -> keep {detail.draft.kept}"}
+    def _verified(detail: RoundDetail) -> Verified:
+        return Verified(detail.proposal.drafts, detail.accepted,
+                        f"computed {detail.draft.computed} -> keep {detail.draft.kept}")
