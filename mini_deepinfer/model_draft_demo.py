@@ -202,33 +202,42 @@ class ColdCheck:
 
     comparisons: int = 0
     worst: float = 0.0
+    differed: tuple[str, ...] = ()  # the caches ("target", "draft") that differed after some round
 
-    def check(self, engine: Engine) -> bool:
-        """Compare every running request's caches; True if all are within ``COLD_TOLERANCE``."""
+    def check(self, engine: Engine) -> tuple[str, ...]:
+        """Compare every running request's caches; the names of those beyond ``COLD_TOLERANCE`` (none: ok)."""
         from mini_deepinfer.tools.checks import cold_difference
 
         runner = engine.runner
-        ok = True
+        differ: set[str] = set()
         for req in engine.running:
             tokens = (list(req.prompt_token_ids) + req.output_token_ids)[: req.num_computed]
-            parts = [(runner.model, runner.cache, tokens)]
+            parts = [("target", runner.model, runner.cache, tokens)]
             held = runner.draft.computed.get(req.request_id, 0)
             if held:
-                parts.append((runner.draft.model, runner.draft.cache, tokens[:held]))
-            for model, cache, prefix in parts:
+                parts.append(("draft", runner.draft.model, runner.draft.cache, tokens[:held]))
+            for name, model, cache, prefix in parts:
                 diff = max(cold_difference(model, cache, prefix, req.kv_slots, req.state_slot).values())
                 self.comparisons += 1
                 self.worst = max(self.worst, diff)
-                ok = ok and diff <= COLD_TOLERANCE
-        return ok
+                if diff > COLD_TOLERANCE:
+                    differ.add(name)
+        self.differed = tuple(n for n in ("target", "draft") if n in differ or n in self.differed)
+        return tuple(n for n in ("target", "draft") if n in differ)
 
 
-def cache_line(engine: Engine, ok: bool) -> str:
+def which_differ(names: tuple[str, ...]) -> str:
+    """``"the draft cache DIFFERS"`` or ``"both caches DIFFER"``: the words name only the caches that do."""
+    return "both caches DIFFER" if len(names) == 2 else f"the {names[0]} cache DIFFERS"
+
+
+def cache_line(engine: Engine, differ: tuple[str, ...]) -> str:
     runner = engine.runner
     req = next(iter(engine.requests.values()))
     target_held = req.num_computed if not req.finished else 0
     draft_held = runner.draft.computed.get(req.request_id, 0)
-    verdict = "both equal a cold recomputation (1e-5)" if ok else "DIFFER from a cold recomputation"
+    verdict = (f"{which_differ(differ)} from a cold recomputation" if differ
+               else "both equal a cold recomputation (1e-5)")
     held = (f"target holds {_held(target_held)}, draft holds {_held(draft_held)}"
             if not req.finished else "nothing held")
     return (f"[round {engine.round_id}] caches   {held}; KV free {engine.kv_pool.num_free}/"
@@ -259,14 +268,12 @@ def run_example(example: Example, width: int, trace_rounds: bool, print_line: Ca
     cold = ColdCheck()
     engine.submit("A", list(PROMPT), SamplingParams(max_new_tokens=MAX_NEW_TOKENS,
                                                     temperature=example.temperature, seed=example.seed))
-    all_ok = True
     while engine.has_unfinished():
         engine.step()
-        ok = cold.check(engine)
-        all_ok = all_ok and ok
+        differ = cold.check(engine)
         if trace_rounds:
-            print_line(cache_line(engine, ok))
-    for line in summary_lines(engine, cold, all_ok):
+            print_line(cache_line(engine, differ))
+    for line in summary_lines(engine, cold):
         print_line(line)
     return engine, cold
 
@@ -298,7 +305,19 @@ def greedy_check_line(engine: Engine) -> str:
     return f"Greedy check: {greedy['compared_tokens']} tokens {verdict} a plain greedy run of the target."
 
 
-def summary_lines(engine: Engine, cold: ColdCheck, cold_ok: bool) -> list[str]:
+def cold_check_line(cold: ColdCheck) -> str:
+    """The summary's verdict on both caches; when one differed, the other's agreement is stated too."""
+    tolerance, count = f"{COLD_TOLERANCE:g}", f"({cold.comparisons} comparisons)"
+    if not cold.differed:
+        return (f"Cold-cache check: after every round both caches equal a cold recomputation of the "
+                f"committed prefix within {tolerance} {count}.")
+    others = [name for name in ("target", "draft") if name not in cold.differed]
+    equal = f"; the {others[0]} cache equals it after every round" if others else ""
+    return (f"Cold-cache check: {which_differ(cold.differed)} from a cold recomputation of the committed "
+            f"prefix by more than {tolerance}{equal} {count}.")
+
+
+def summary_lines(engine: Engine, cold: ColdCheck) -> list[str]:
     runner = engine.runner
     req = engine.requests["A"]
     stats = runner.stats
@@ -309,8 +328,7 @@ def summary_lines(engine: Engine, cold: ColdCheck, cold_ok: bool) -> list[str]:
         f"Target forwards: {stats['target_forwards']} for {len(req.output_token_ids)} tokens; drafts "
         f"accepted {stats['accepted']} of {stats['proposed']}.",
         greedy_check_line(engine),
-        f"Cold-cache check: after every round both caches {'equal' if cold_ok else 'DIFFER from'} a cold "
-        f"recomputation of the committed prefix within {COLD_TOLERANCE:g} ({cold.comparisons} comparisons).",
+        cold_check_line(cold),
         f"Free slots: target KV {engine.kv_pool.num_free}/{engine.kv_pool.capacity}, state "
         f"{engine.state_pool.num_free}/{engine.state_pool.capacity}; draft KV {draft.free_kv_slots()}/"
         f"{draft.cache.kv_capacity}, state {draft.free_state_slots()}/{draft.cache.state_capacity}",

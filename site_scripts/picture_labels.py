@@ -46,7 +46,8 @@ TIMELINE = {
         "sync_title": "同步：每一轮发出之后马上读回",
         "cross_title": "跨轮（--pipeline）：先发出第 N+1 轮，再读回第 N 轮",
         "cpu": "CPU",
-        "device": "设备",
+        # the lower lane holds rounds launched and not yet read: on a CPU nothing runs there in parallel
+        "device": "在途",
         "device_round": "第 {round} 轮",
         "step": "[{n}]",
         "schedule": "调度",
@@ -56,7 +57,7 @@ TIMELINE = {
         "discard": "丢弃",
         "finish": "结束",
         "free": "归还槽位",
-        "in_flight": "设备上的一轮（发出到读回）",
+        "in_flight": "在途的一轮（已发出，还没读回）",
         "discard_note": "停止晚一轮才发现：丢弃第 {round} 轮的 token",
         "free_note": "{request} 的 {n} 个 KV 槽位归还",
         "order_note": "横轴是事件发生的先后，不是实测时间。"
@@ -68,7 +69,7 @@ TIMELINE = {
         "sync_title": "Synchronous: each round is read right after its launch",
         "cross_title": "Cross-round (--pipeline): round N+1 is launched before round N is read",
         "cpu": "CPU",
-        "device": "device",
+        "device": "in flight",
         "device_round": "round {round}",
         "step": "[{n}]",
         "schedule": "schedule",
@@ -78,7 +79,7 @@ TIMELINE = {
         "discard": "discard",
         "finish": "finish",
         "free": "free slots",
-        "in_flight": "a round on the device (launch to read)",
+        "in_flight": "a round in flight (launched, not yet read)",
         "discard_note": "stop found a round late: round {round}'s token discarded",
         "free_note": "{request}'s {n} KV slots given back",
         "order_note": "Left to right is the order of events, not measured time. "
