@@ -13,9 +13,10 @@ Scope (mkdocs.yml lists this file under ``hooks:``):
    the title of each numbered lesson and of the run guide. The version *selector* in the header is Material's
    own: ``extra.version.provider: mike`` makes it read the ``versions.json`` that ``mike deploy`` writes.
 
-4. Line numbers of embedded code. A fence whose body is one ``--8<-- "file.py:section"`` include gets
-   ``linenums="N"``, N being the line of ``file.py`` right after the section's start marker, so the numbers
-   on the page are the file's own and a ``file:line`` in the text can be found on the page.
+4. Line numbers of embedded code. A fence whose body is ``--8<-- "file.py:section"`` includes gets
+   ``linenums="N"``, N being the line of ``file.py`` right after the section's start marker (a fence of
+   several sections is split into one per section), so the numbers on the page are the file's own and a
+   ``file:line`` in the text can be found on the page.
 
 Non-scope: any other change to page content.
 
@@ -116,11 +117,13 @@ def with_version_note(markdown: str, note: str) -> str:
 
 
 SECTION_FENCE = re.compile(
-    r'^(?P<open>[ \t]*```+[ \t]*[\w+-]+)(?P<attrs>[^\n]*)\n'
-    r'(?P<include>[ \t]*-{1,}8<-{1,}[ \t]+"(?P<path>[^":]+\.py):(?P<section>[\w-]+)"[ \t]*)\n',
+    r'^(?P<indent>[ \t]*)(?P<ticks>```+)(?P<open>[ \t]*[\w+-]+)(?P<attrs>[^\n]*)\n'
+    r'(?P<body>(?:[ \t]*(?:-{1,}8<-{1,}[ \t]+"[^"\n]+"[ \t]*)?\n)+?)'
+    r'(?P=indent)(?P=ticks)[ \t]*$',
     re.MULTILINE,
 )
-"""The opening line of a fence whose first line includes one section of a Python file."""
+"""A fenced block whose body is only ``--8<--`` includes (and blank lines)."""
+SECTION_INCLUDE = re.compile(r'-{1,}8<-{1,}[ \t]+"(?P<path>[^":]+\.py):(?P<section>[\w-]+)"')
 SECTION_MARKER = re.compile(r"--8<-- \[(?P<kind>start|end):(?P<name>[\w-]+)\]")
 
 
@@ -148,15 +151,26 @@ def section_first_line(source: Path, section: str) -> int | None:
 
 
 def with_source_line_numbers(markdown: str, root: Path) -> str:
-    """Give each fence that embeds a section of a Python file the file's own line numbers."""
+    """Give each fence that embeds sections of Python files the files' own line numbers.
+
+    A fence of several sections becomes one fence per section (same language and title): one block can only
+    count up from one first line. Fences holding anything else, or already numbered, stay as they are.
+    """
 
     def number(match: re.Match[str]) -> str:
-        if "linenums" in match["attrs"]:
+        includes = [line.strip() for line in match["body"].splitlines() if line.strip()]
+        sections = [SECTION_INCLUDE.fullmatch(line) for line in includes]
+        if "linenums" in match["attrs"] or not sections or not all(sections):
             return match[0]
-        first = section_first_line(root / match["path"], match["section"])
-        if first is None:
+        firsts = [section_first_line(root / m["path"], m["section"]) for m in sections if m]
+        if None in firsts:
             return match[0]
-        return f'{match["open"]}{match["attrs"]} linenums="{first}"\n{match["include"]}\n'
+        fences = [
+            f'{match["indent"]}{match["ticks"]}{match["open"]}{match["attrs"]} linenums="{first}"\n'
+            f'{match["indent"]}{line}\n{match["indent"]}{match["ticks"]}'
+            for line, first in zip(includes, firsts)
+        ]
+        return "\n\n".join(fences)
 
     return SECTION_FENCE.sub(number, markdown)
 

@@ -8,6 +8,9 @@ may be, and at least ``CODE_VISIBLE_SHARE`` of the code blocks must be whole. At
 lesson page may be wider than the screen; a screenshot of lesson 13 there is written to ``build/screenshots/``
 for a person to look at. What makes the lines fit is ``docs/stylesheets/lines.css`` (see its comment).
 
+Without a browser: every section of a Python file embedded in a lesson gets the file's own line numbers
+(``site_scripts/mkdocs_hooks.py``), so a ``file:line`` in the text can be found on the page.
+
 Non-scope: what the lines say; every other page of the site (``tests/test_browser.py`` opens them all).
 """
 
@@ -23,6 +26,8 @@ import pytest
 
 # base_url and hosted are test_browser's fixtures: the same build, served the same way
 from test_browser import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, Hosted, base_url, hosted  # noqa: F401
+
+from site_scripts.mkdocs_hooks import with_source_line_numbers
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -40,10 +45,13 @@ BLOCKS = """() => [...document.querySelectorAll('.md-content .highlight code')].
 ])"""
 PAGE_WIDTH = "() => document.documentElement.scrollWidth"
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not CHROMIUM.is_file(), reason="needs /usr/bin/chromium (see tests/test_browser.py)"),
-]
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    not CHROMIUM.is_file(), reason="needs /usr/bin/chromium (see tests/test_browser.py)"
+)
+SECTION = re.compile(r'-{1,}8<-{1,}[ \t]+"([^":]+\.py:[\w-]+)"')
+SECTION_INCLUDE = re.compile(r'^[ \t]*```+[ \t]*[\w+-]+[^\n]*linenums="(?P<first>\d+)"[^\n]*\n'
+                             r'[ \t]*-{1,}8<-{1,}[ \t]+"(?P<path>[^":]+\.py):(?P<section>[\w-]+)"', re.M)
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -109,11 +117,15 @@ def _report(cut: list[Block]) -> str:
     return "\n".join(f"{b.page}: {b.width} px in {b.visible} px: {b.first_line!r}" for b in cut)
 
 
+@pytest.mark.slow
+@NEEDS_CHROMIUM
 def test_all_twenty_eight_lesson_pages_are_measured(hosted: Hosted, blocks: list[Block]) -> None:  # noqa: F811
     assert len(lesson_paths(hosted)) == 2 * LESSONS
     assert {b.page for b in blocks} == set(lesson_paths(hosted))
 
 
+@pytest.mark.slow
+@NEEDS_CHROMIUM
 def test_no_output_block_needs_sideways_scrolling_at_1300_px(blocks: list[Block]) -> None:
     outputs = [b for b in blocks if b.output]
     assert outputs
@@ -121,6 +133,8 @@ def test_no_output_block_needs_sideways_scrolling_at_1300_px(blocks: list[Block]
     assert not cut, f"{len(cut)} of {len(outputs)} output blocks cut off:\n{_report(cut)}"
 
 
+@pytest.mark.slow
+@NEEDS_CHROMIUM
 def test_nine_code_blocks_in_ten_are_whole_at_1300_px(blocks: list[Block]) -> None:
     code = [b for b in blocks if not b.output]
     cut = [b for b in code if b.cut_off]
@@ -130,6 +144,8 @@ def test_nine_code_blocks_in_ten_are_whole_at_1300_px(blocks: list[Block]) -> No
     )
 
 
+@pytest.mark.slow
+@NEEDS_CHROMIUM
 def test_no_lesson_page_is_wider_than_a_phone(browser: Browser, hosted: Hosted, base_url: str) -> None:  # noqa: F811
     page = _open(browser, PHONE)
     wide = {}
@@ -145,3 +161,20 @@ def test_no_lesson_page_is_wider_than_a_phone(browser: Browser, hosted: Hosted, 
             page.screenshot(path=str(shot))
     page.close()
     assert not wide, f"pages wider than {PHONE['width']} px: {wide}"
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "lessons").glob("[0-9]*.md")), ids=lambda p: p.name)
+def test_embedded_code_is_numbered_with_its_source_file_s_lines(page: Path) -> None:
+    """After the hook, each embedded section's first shown line is that line of the source file."""
+    numbered = with_source_line_numbers(page.read_text(encoding="utf-8"), ROOT)
+    wrong = []
+    for match in SECTION_INCLUDE.finditer(numbered):
+        lines = (ROOT / match["path"]).read_text(encoding="utf-8").splitlines()
+        first = int(match["first"])
+        marker = f"--8<-- [start:{match['section']}]"
+        if marker not in lines[first - 2] or not lines[first - 1].strip():
+            wrong.append(f"{match['path']}:{match['section']} numbered from {first}")
+    assert not wrong, wrong
+    numbered_ones = {f"{m['path']}:{m['section']}" for m in SECTION_INCLUDE.finditer(numbered)}
+    unnumbered = sorted(set(SECTION.findall(numbered)) - numbered_ones)
+    assert not unnumbered, f"embedded without line numbers (is the section in the source?): {unnumbered}"
