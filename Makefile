@@ -8,7 +8,11 @@
 #      pulls a multi-GB CUDA build of torch in through its own requirements; then the project with [all];
 #   3. for `make test`: fetch DeepInfer's sdist from PyPI into .cache/deepinfer/, check its SHA-256 against the
 #      one that docs/reference/deepinfer-refs.json quotes, and unpack it (site_scripts/fetch_sdist.py); the
-#      tests check the mapping page's DeepInfer line numbers against it. The tests themselves never download.
+#      tests check the mapping page's DeepInfer line numbers against it. The tests themselves never download;
+#   4. for `make serve`, `make build` and `make test`: fetch the pinned Pyodide runtime (the npm package's
+#      tarball, site_scripts/pyodide.json) into .cache/pyodide/, check it against the registry's integrity
+#      hash, and unpack the files the pages' Run buttons need (site_scripts/fetch_pyodide.py); every build
+#      copies them into the site. Without them the site still builds, and the buttons say how to run locally.
 
 PYTHON ?= python3
 # The oldest Python that the site and the tests install on: the highest Requires-Python among the pins of
@@ -21,6 +25,7 @@ STAMP := $(VENV)/.installed-stamp
 TORCH := torch==2.13.0
 DEEPINFER_SDIST := .cache/deepinfer/sdist
 SDIST_STAMP := $(DEEPINFER_SDIST)/.fetched-stamp
+PYODIDE_STAMP := .cache/pyodide/.fetched-stamp
 
 export NO_MKDOCS_2_WARNING := 1
 
@@ -42,7 +47,7 @@ check-python:
 
 venv: $(STAMP)
 
-setup: $(STAMP) $(SDIST_STAMP)
+setup: $(STAMP) $(SDIST_STAMP) $(PYODIDE_STAMP)
 
 $(BIN)/python:
 	@$(call check_python,$(PYTHON),$(NEWER_PYTHON))
@@ -58,16 +63,20 @@ $(SDIST_STAMP): docs/reference/deepinfer-refs.json | $(STAMP)
 	$(BIN)/python -m site_scripts.fetch_sdist $(DEEPINFER_SDIST)
 	touch $(SDIST_STAMP)
 
+$(PYODIDE_STAMP): site_scripts/pyodide.json | $(STAMP)
+	$(BIN)/python -m site_scripts.fetch_pyodide
+	touch $(PYODIDE_STAMP)
+
 snippets: $(STAMP)
 	$(BIN)/python -m site_scripts.regenerate
 
-serve: snippets
+serve: snippets $(PYODIDE_STAMP)
 	$(BIN)/python -m mkdocs serve -a 127.0.0.1:8000
 
 test: setup
 	DEEPINFER_SDIST=$(abspath $(DEEPINFER_SDIST)) $(BIN)/python -m pytest
 
-build: snippets
+build: snippets $(PYODIDE_STAMP)
 	$(BIN)/python -m mkdocs build --strict --site-dir site
 
 clean:

@@ -1,0 +1,102 @@
+"""The engine files that the in-page runs ship, zipped at site build time from the package itself.
+
+Scope: which files a page's worker needs (:func:`bundle_files`: the command ``python -m mini_deepinfer``, the
+package's ``__init__``, and every module of this repository they import, found by reading their ``import``
+statements, plus the generator that writes the page's round table and the worker's own Python side), and the
+zip of exactly those files, byte for byte (:func:`write_zip`). Nothing is copied into the repository, so the
+shipped engine cannot drift from the package. Non-scope: the Pyodide runtime
+(``site_scripts/fetch_pyodide.py``) and putting files into the built site (``site_scripts/inpage_hooks.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ENTRY_POINTS = (
+    "mini_deepinfer/__init__.py",
+    "mini_deepinfer/__main__.py",
+    "site_scripts/gen_toy.py",
+    "site_scripts/inpage_worker.py",
+)
+LOCAL_PACKAGES = ("mini_deepinfer", "site_scripts")
+ZIP_DATE = (2020, 1, 1, 0, 0, 0)  # a fixed date: the same files always give the same zip
+
+
+def module_path(module: str, root: Path = ROOT) -> Path | None:
+    """The file of a dotted module name of this repository (a package's ``__init__.py``), or None."""
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _package_of(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1])
+
+
+def _imported_modules(node: ast.AST, package: str) -> list[str]:
+    """The absolute module names one ``import`` / ``from ... import`` statement may load."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, *([node.module] if node.module else [])])
+    else:
+        base = node.module or ""
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def imports_of(path: Path, root: Path = ROOT) -> set[Path]:
+    """This repository's files that ``path`` imports (any import statement, wherever it stands)."""
+    package = _package_of(path, root)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for module in _imported_modules(node, package):
+            if module.partition(".")[0] in LOCAL_PACKAGES and (target := module_path(module, root)):
+                found.add(target)
+    return found
+
+
+def _with_parent_packages(path: Path, root: Path) -> set[Path]:
+    """``path`` and the ``__init__.py`` of each package above it (importing a module runs them)."""
+    found = {path}
+    folder = path.parent
+    while folder != root:
+        if (folder / "__init__.py").is_file():
+            found.add(folder / "__init__.py")
+        folder = folder.parent
+    return found
+
+
+def bundle_files(root: Path = ROOT) -> list[Path]:
+    """Every file the in-page runs need, sorted: the entry points and everything they import, transitively."""
+    todo = [root / entry for entry in ENTRY_POINTS]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo.extend(imports_of(path, root) | _with_parent_packages(path, root))
+    return sorted(seen)
+
+
+def write_zip(dest: Path, root: Path = ROOT) -> list[str]:
+    """Zip :func:`bundle_files` into ``dest`` (paths relative to ``root``); return those paths."""
+    names = [path.relative_to(root).as_posix() for path in bundle_files(root)]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".part")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in names:
+            info = zipfile.ZipInfo(name, ZIP_DATE)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, (root / name).read_bytes())
+    partial.replace(dest)
+    return names

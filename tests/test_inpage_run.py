@@ -1,0 +1,341 @@
+"""The toy commands and core-only examples run in the page itself, in a real browser, from the site alone.
+
+Scope: one strict build of the site with the pinned Pyodide runtime, served from 127.0.0.1; headless
+Chromium (through Playwright, as ``tests/test_browser.py`` drives it) clicks the Run buttons and reads what
+the page prints: the unedited runs print the page's own output blocks, the lessons' exercises done in the
+page change what the engine does, a reader's bug shows its traceback, Stop ends an endless loop, and no
+request leaves the local server. Also: the shipped engine is the package's own files, byte for byte, with no
+torch; the set-up refuses a runtime whose digest is not the pinned one; and a build without the runtime
+passes the strict build and the link checks, its buttons saying how to run the command locally.
+
+Non-scope: the pages' text, and the engine's behaviour beyond what the pages show (its own tests).
+
+Needs ``/usr/bin/chromium`` and the runtime that ``make setup`` fetches (``site_scripts/fetch_pyodide.py``);
+without either, the browser tests are skipped with the reason. Nothing here downloads.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from site_scripts import fetch_pyodide, inpage_bundle
+from site_scripts.inpage_measure import CHROMIUM, Watch, browser, build_site, run_widget, serve
+
+if TYPE_CHECKING:
+    from playwright.sync_api import BrowserContext, Locator, Page
+
+ROOT = Path(__file__).resolve().parent.parent
+FINAL_LINES = ["req-0: [12, 13, 14] (length)", "req-1: [21, 22] (eos)", "Free slots: 8/8"]
+COMMAND_PAGES = ["", "quickstart/", "lessons/01-life-of-a-request/", "lessons/02-stopping-and-giving-back/",
+                 "lessons/10-cross-round/", "lessons/11-stops-across-rounds/"]
+FIRST_OUTPUT_BOUND_MS = 15_000
+STOP_BOUND_MS = 2_000
+ENGINE = "mini_deepinfer/core/engine.py"
+RUNTIME = fetch_pyodide.default_dest()
+
+NEEDS_BROWSER = (
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.is_file(), reason="needs /usr/bin/chromium (see tests/test_browser.py)"),
+    pytest.mark.skipif(
+        not fetch_pyodide.is_unpacked(RUNTIME, fetch_pyodide.read_pin()["files"]),
+        reason=f"needs the Pyodide runtime in {RUNTIME} (`make setup` fetches it once)",
+    ),
+)
+
+
+def in_browser(test: Callable[..., None]) -> Callable[..., None]:
+    """Mark a test that drives Chromium: slow, and skipped without the browser or the runtime."""
+    for mark in NEEDS_BROWSER:
+        test = mark(test)
+    return test
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("inpage-site")
+    proc = build_site(out)
+    assert proc.returncode == 0, f"the build failed:\n{proc.stderr[-6000:]}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def watch() -> Watch:
+    return Watch()
+
+
+@pytest.fixture(scope="module")
+def base_url(site: Path) -> Iterator[str]:
+    with serve(site) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def context(
+    base_url: str, watch: Watch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrowserContext]:
+    with browser(tmp_path_factory.mktemp("profile"), watch) as browser_context:
+        yield browser_context
+
+
+@pytest.fixture
+def page(context: BrowserContext, base_url: str) -> Iterator[Page]:
+    """A fresh tab with no edits kept from an earlier test."""
+    tab = context.new_page()
+    tab.goto(base_url + "en/", wait_until="load")
+    tab.evaluate("localStorage.clear()")
+    yield tab
+    tab.close()
+
+
+def widget_on(page: Page, url: str, value: str | None = None) -> Locator:
+    """The first Run widget of the page at ``url`` (the one whose command or code is ``value``)."""
+    page.goto(url, wait_until="load")
+    widgets = page.locator("div.inpage-run")
+    if value is None:
+        return widgets.first
+    return widgets.and_(page.locator(f"[data-inpage-value={json.dumps(value)}]")).first
+
+
+def shown_output(widget: Locator) -> str:
+    """The page's own output block right above the widget (the generated snippet), or None if it has none."""
+    return widget.evaluate(
+        "box => { const e = box.previousElementSibling;"
+        " return e && e.matches('.language-text.highlight') ? e.querySelector('code').textContent : null; }"
+    )
+
+
+def last_lines(output: str, n: int) -> list[str]:
+    return output.rstrip("\n").splitlines()[-n:]
+
+
+def open_engine_file(widget: Locator, path: str = ENGINE) -> Locator:
+    """Open ``path`` in the widget's editor; return the editor once the shipped text is in it."""
+    widget.locator("details.inpage-run__editor > summary").click()
+    widget.locator("select.inpage-run__files").select_option(path)
+    widget.page.wait_for_function("({box, path}) => box.dataset.inpageFile === path",
+                                  arg={"box": widget.element_handle(), "path": path})
+    return widget.locator("textarea.inpage-run__file")
+
+
+def edit(editor: Locator, old: str, new: str) -> None:
+    """Replace the one occurrence of ``old`` in the editor, as a reader typing would (an input event)."""
+    text = editor.input_value()
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+    editor.fill(text.replace(old, new))
+
+
+# ---- the shipped files, without a browser ----
+
+
+def test_shipped_engine_is_the_package_files_byte_for_byte_without_torch(tmp_path: Path) -> None:
+    names = inpage_bundle.write_zip(tmp_path / "engine.zip")
+    assert {"mini_deepinfer/__init__.py", "mini_deepinfer/__main__.py", ENGINE, "mini_deepinfer/tools/cli.py",
+            "site_scripts/gen_toy.py"} <= set(names)
+    with zipfile.ZipFile(tmp_path / "engine.zip") as archive:
+        assert archive.namelist() == names
+        for name in names:
+            data = archive.read(name)
+            assert data == (ROOT / name).read_bytes(), f"{name} differs from the package's file"
+            imported = [alias.name for node in ast.walk(ast.parse(data)) if isinstance(node, ast.Import)
+                        for alias in node.names]
+            imported += [node.module or "" for node in ast.walk(ast.parse(data))
+                         if isinstance(node, ast.ImportFrom)]
+            assert not [m for m in imported if m.partition(".")[0] == "torch"], f"{name} imports torch"
+
+
+def test_shipped_engine_holds_every_core_module_the_command_imports() -> None:
+    names = {path.relative_to(ROOT).as_posix() for path in inpage_bundle.bundle_files()}
+    core = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mini_deepinfer" / "core").glob("*.py")}
+    assert core <= names
+    assert not [n for n in names if n.startswith(("mini_deepinfer/models/", "mini_deepinfer/runtime/"))]
+
+
+def test_fetch_refuses_a_tarball_whose_integrity_is_not_the_pinned_one(tmp_path: Path) -> None:
+    tarball = tmp_path / "pyodide.tgz"
+    tarball.write_bytes(b"not the runtime")
+    pin = tmp_path / "pyodide.json"
+    entry = {**json.loads(fetch_pyodide.PIN.read_text(encoding="utf-8")), "tarball": tarball.as_uri()}
+    pin.write_text(json.dumps(entry), encoding="utf-8")
+    with pytest.raises(fetch_pyodide.FetchError, match="integrity"):
+        fetch_pyodide.fetch(tmp_path / "cache" / "runtime", pin)
+    assert not list((tmp_path / "cache").iterdir()), "a wrong download is not kept"
+
+
+@pytest.mark.skipif(not (RUNTIME.parent / "pyodide-0.29.5.tgz").is_file(), reason="runtime not fetched")
+def test_the_fetched_tarball_has_the_pinned_integrity() -> None:
+    pin = fetch_pyodide.read_pin()
+    assert pin["version"] == "0.29.5"
+    assert fetch_pyodide.integrity(RUNTIME.parent / f"pyodide-{pin['version']}.tgz") == pin["integrity"]
+
+
+# ---- in the browser ----
+
+
+@in_browser
+@pytest.mark.parametrize("lang", ["en/", ""])
+def test_quickstart_run_prints_the_pages_output_and_ends_with_all_slots_free(
+    page: Page, base_url: str, lang: str
+) -> None:
+    widget = widget_on(page, base_url + lang + "quickstart/")
+    result = run_widget(widget)
+    assert result["state"] == "done" and result["code"] == "0"
+    assert result["output"] == shown_output(widget) == (ROOT / "snippets" / "toy" / "demo.txt").read_text()
+    assert last_lines(result["output"], 3) == FINAL_LINES
+    # the first click loads the runtime; the test only bounds it generously (inpage_measure records it)
+    assert 0 <= result["first_ms"] <= FIRST_OUTPUT_BOUND_MS
+
+
+@in_browser
+def test_every_unedited_command_prints_exactly_its_pages_output(page: Page, base_url: str) -> None:
+    compared = 0
+    for path in COMMAND_PAGES:
+        page.goto(base_url + "en/" + path, wait_until="load")
+        for index in range(page.locator("div.inpage-run[data-inpage-kind=command]").count()):
+            widget = page.locator("div.inpage-run[data-inpage-kind=command]").nth(index)
+            result = run_widget(widget)
+            where = f"{path}: {widget.get_attribute('data-inpage-value')}"
+            shown = shown_output(widget)
+            if shown is None:  # the home page shows the command only
+                assert last_lines(result["output"], 3) == FINAL_LINES, where
+                continue
+            assert result["output"] == shown, where
+            compared += 1
+    assert compared >= len(COMMAND_PAGES) - 1
+
+
+@in_browser
+def test_lesson_1_round_table_is_redrawn_for_an_edited_run(page: Page, base_url: str) -> None:
+    widget = widget_on(page, base_url + "en/lessons/01-life-of-a-request/")
+    run_widget(widget)
+    page_rows = page.locator(".inpage-table[data-inpage-table=rounds] tbody tr").all_inner_texts()
+    assert widget.locator(".inpage-run__table tbody tr").all_inner_texts() == page_rows
+    edit(open_engine_file(widget), "req.output_token_ids[-1]", "req.output_token_ids[0]")
+    result = run_widget(widget)
+    assert "req-0: [12, 13, 13] (length)" in result["output"]  # as the lesson's exercise says
+    assert widget.locator(".inpage-run__table tbody tr").all_inner_texts() != page_rows
+
+
+@in_browser
+def test_lesson_2_exercise_in_the_page_leaks_three_slots_and_reset_returns_them(
+    page: Page, base_url: str
+) -> None:
+    widget = widget_on(page, base_url + "en/lessons/02-stopping-and-giving-back/",
+                       "--cancel req-0 --cancel-after-round 2")
+    result = run_widget(widget)
+    assert "[round 2] finish   req-0 cancelled" in result["output"]
+    assert last_lines(result["output"], 1) == ["Free slots: 8/8"]
+    editor = open_engine_file(widget)
+    edit(editor, "        self.finish(req, FinishReason.CANCELLED)\n        self.release_if_idle(req)\n",
+         "        self.finish(req, FinishReason.CANCELLED)\n")
+    assert last_lines(run_widget(widget)["output"], 1) == ["Free slots: 5/8"]
+    page.reload(wait_until="load")  # the edit is kept in this browser
+    widget = page.locator("div.inpage-run[data-inpage-kind=command]").first
+    assert last_lines(run_widget(widget)["output"], 1) == ["Free slots: 5/8"]
+    open_engine_file(widget)
+    widget.locator(".inpage-run__reset-file").click()
+    assert last_lines(run_widget(widget)["output"], 1) == ["Free slots: 8/8"]
+
+
+@in_browser
+@in_browser
+def test_lesson_10_pipeline_ends_alike_and_its_table_shows_a_round_in_flight(
+    page: Page, base_url: str
+) -> None:
+    widget = widget_on(page, base_url + "en/lessons/10-cross-round/", "--pipeline")
+    result = run_widget(widget)
+    assert last_lines(result["output"], 3) == FINAL_LINES
+    rows = [row.split("\t") for row in widget.locator(".inpage-run__table tbody tr").all_inner_texts()]
+    assert any(row[3].strip() not in ("—", "") for row in rows), rows  # a round launched, not yet read
+
+
+@in_browser
+def test_a_bug_in_an_edited_example_shows_its_traceback(page: Page, base_url: str) -> None:
+    page.goto(base_url + "en/lessons/02-stopping-and-giving-back/", wait_until="load")
+    widget = page.locator("div.inpage-run[data-inpage-kind=session]").first
+    code = widget.locator("textarea.inpage-run__code")
+    code.fill(code.input_value().replace("pool.allocate(3)", "pool.alocate(3)"))
+    output = run_widget(widget)["output"]
+    assert "Traceback (most recent call last):" in output
+    assert "AttributeError: 'SlotPool' object has no attribute 'alocate'" in output
+
+
+@in_browser
+def test_a_bad_flag_shows_the_commands_one_line_error(page: Page, base_url: str) -> None:
+    widget = widget_on(page, base_url + "en/quickstart/")
+    widget.locator("input.inpage-run__flags").fill("--slots x")
+    result = run_widget(widget)
+    assert result["output"] == "error: argument --slots: invalid int value: 'x'\n"
+    assert result["code"] == "2"
+
+
+@in_browser
+def test_stop_ends_an_endless_loop_within_two_seconds_and_the_next_run_works(
+    page: Page, base_url: str
+) -> None:
+    page.goto(base_url + "en/lessons/02-stopping-and-giving-back/", wait_until="load")
+    widget = page.locator("div.inpage-run[data-inpage-kind=session]").first
+    code = widget.locator("textarea.inpage-run__code")
+    shipped = code.input_value()
+    code.fill("while True: pass")
+    widget.locator(".inpage-run__run").click()
+    page.wait_for_function("box => box.dataset.inpageState === 'running'", arg=widget.element_handle(),
+                           timeout=60_000)
+    page.wait_for_timeout(500)  # the loop is spinning
+    started = page.evaluate("performance.now()")
+    widget.locator(".inpage-run__stop").click()
+    page.wait_for_function("box => box.dataset.inpageState === 'stopped'", arg=widget.element_handle(),
+                           timeout=STOP_BOUND_MS)
+    assert page.evaluate("performance.now()") - started < STOP_BOUND_MS
+    widget.locator(".inpage-run__reset-code").click()
+    assert code.input_value() == shipped
+    result = run_widget(widget)
+    assert result["state"] == "done" and "SlotPool(kv: 2/4 free)" in result["output"]
+
+
+@in_browser
+def test_labels_follow_the_page_language(page: Page, base_url: str) -> None:
+    for path, label in (("quickstart/", "在页面里运行"), ("en/quickstart/", "Run in the page")):
+        assert widget_on(page, base_url + path).locator(".inpage-run__run").inner_text() == label
+
+
+@in_browser
+def test_a_build_without_the_runtime_passes_the_checks_and_says_how_to_run_locally(
+    tmp_path: Path, context: BrowserContext, watch: Watch
+) -> None:
+    from tests.test_site_build import (
+        test_every_internal_link_of_the_built_site_resolves as links_resolve,
+    )
+
+    site = tmp_path / "site"
+    proc = build_site(site, runtime=False)
+    assert proc.returncode == 0, f"the strict build failed:\n{proc.stderr[-6000:]}"
+    links_resolve(site)
+    assert not (site / "assets" / "inpage").exists()
+    html = (site / "en/lessons/02-stopping-and-giving-back/index.html").read_text(encoding="utf-8")
+    assert re.search(r'<div class="inpage-run"[^>]*data-inpage-runtime="no"[^>]*hidden>', html)
+    with serve(site) as url:  # another port of 127.0.0.1, which the browser's guard lets through
+        tab = context.new_page()
+        tab.goto(url + "en/lessons/02-stopping-and-giving-back/", wait_until="load")
+        widget = tab.locator("div.inpage-run").first
+        assert "no in-page Python runtime" in widget.locator(".inpage-run__run").inner_text()
+        assert widget.locator(".inpage-run__local").inner_text() == (
+            "python -m mini_deepinfer --cancel req-0 --cancel-after-round 2")
+        assert widget.locator(".inpage-run__run").is_disabled()
+        tab.close()
+    assert not watch.external and not watch.errors
+
+
+@in_browser
+def test_no_request_leaves_the_local_server(watch: Watch, context: BrowserContext) -> None:
+    """Runs last in this module: every page above loaded and ran with each request to another host blocked."""
+    assert context.pages is not None
+    assert not watch.external
+    assert not watch.errors
