@@ -22,7 +22,7 @@ import torch
 
 from mini_deepinfer.models import CausalLM, build_model, config_from_hf_dict
 from mini_deepinfer.models.cache import HybridCache
-from mini_deepinfer.models.qwen3_5 import chunked_delta_rule, recurrent_delta_rule
+from mini_deepinfer.models.kernels.deltanet import chunked_delta_rule, recurrent_delta_rule
 from mini_deepinfer.runtime.staging import batch_from_sequences
 from mini_deepinfer.tools.checkpoints import preset
 from site_scripts.common import run_module

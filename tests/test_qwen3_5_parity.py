@@ -16,12 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from mini_deepinfer.models import CausalLM, Qwen35Config, build_model  # noqa: E402
 from mini_deepinfer.models.cache import HybridCache  # noqa: E402
-from mini_deepinfer.models.layers import SKINNY_MIN_INPUT, Linear  # noqa: E402
-from mini_deepinfer.models.qwen3_5 import (  # noqa: E402
-    causal_conv_with_window,
-    chunked_delta_rule,
-    recurrent_delta_rule,
-)
+from mini_deepinfer.models.kernels.deltanet import chunked_delta_rule, recurrent_delta_rule  # noqa: E402
 from mini_deepinfer.runtime.staging import batch_from_sequences  # noqa: E402
 
 SLOTS_PER_SEQ = 128
@@ -199,39 +194,6 @@ def test_chunked_delta_rule_equals_recurrent():
         o, final = chunked_delta_rule(q, k, v, g, beta, state, chunk_size=chunk_size)
         assert (o - expected_o).abs().max().item() < 1e-5
         assert (final - expected_state).abs().max().item() < 1e-5
-
-
-def test_causal_conv_in_pieces_equals_whole():
-    gen = torch.Generator().manual_seed(0)
-    x, weight = torch.randn(1, 10, 5, generator=gen), torch.randn(5, 1, 4, generator=gen)
-    whole, whole_window = causal_conv_with_window(x, torch.zeros(1, 5, 3), weight)
-    window, pieces = torch.zeros(1, 5, 3), []
-    for start, end in [(0, 2), (2, 3), (3, 6), (6, 10)]:  # shorter than, equal to and longer than the window
-        y, window = causal_conv_with_window(x[:, start:end], window, weight)
-        pieces.append(y)
-    assert torch.allclose(torch.cat(pieces, dim=1), whole, atol=1e-6)
-    assert torch.equal(window, whole_window)
-    assert torch.equal(whole_window[0], x[0, -3:].T)
-
-
-def test_causal_conv_equals_torch_conv1d_with_zero_padding():
-    gen = torch.Generator().manual_seed(1)
-    x, weight = torch.randn(2, 9, 6, generator=gen), torch.randn(6, 1, 4, generator=gen)
-    y, _ = causal_conv_with_window(x, torch.zeros(2, 6, 3), weight)
-    expected = torch.nn.functional.conv1d(x.transpose(1, 2), weight, padding=3, groups=6)[..., :9]
-    assert torch.allclose(y, torch.nn.functional.silu(expected).transpose(1, 2), atol=1e-6)
-
-
-@pytest.mark.parametrize("rows", [1, 4, 8, 32, 33])
-@pytest.mark.parametrize("bias", [False, True])
-def test_linear_weight_left_form_equals_f_linear(rows, bias):
-    layer = Linear(SKINNY_MIN_INPUT, 48, bias=bias)
-    if bias:
-        torch.nn.init.normal_(layer.bias)
-    x = torch.randn(rows, SKINNY_MIN_INPUT)
-    out = layer(x)
-    assert out.is_contiguous()
-    assert torch.allclose(out, torch.nn.functional.linear(x, layer.weight, layer.bias), atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -1,8 +1,9 @@
 """The layers the Qwen3.5 and Qwen2 models share, and the ``CausalLM`` base class.
 
-Scope: RMSNorm variants, rotary embedding (full or partial), ``Linear``, the SwiGLU MLP, paged attention over
-KV slots, and ``CausalLM`` (embed, layers, final norm, head on the requested rows) over one flat round
-(``forward_batch.py``).
+Scope: RMSNorm variants, rotary embedding (full or partial), the SwiGLU MLP, paged attention over KV slots,
+``Folded`` and ``Merged`` (constants and merged projections computed once from the weights, after loading),
+and ``CausalLM`` (embed, layers, final norm, head on the requested rows) over one flat round
+(``forward_batch.py``). The maths in few kernels lives in ``kernels/``.
 
 Non-scope: choosing which tokens run in a round, handing out slots, sampling (the engine and the runner do
 those), laying out the round's index tensors (``forward_batch.py``), and the model-specific token mixers
@@ -10,6 +11,8 @@ those), laying out the round's index tensors (``forward_batch.py``), and the mod
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +22,73 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.config import ModelConfig
 from mini_deepinfer.models.forward_batch import ForwardBatch, ForwardContext, RoundLayout
+from mini_deepinfer.models.kernels.cpu import Linear, linear
+from mini_deepinfer.models.kernels.norm import rms_norm, rms_scale
+
+__all__ = ["CausalLM", "Folded", "Linear", "Merged", "RMSNorm", "SwiGLUMLP", "ZeroCenteredRMSNorm",
+           "apply_rotary", "attention", "paged_attention"]
+
+
+class Folded:
+    """A tensor computed from some weights once, and again only after one of them changed.
+
+    For what a step would otherwise recompute from constant weights every time (``1 + w`` norm scales,
+    ``-exp(A_log)``, convolution taps, merged projections). Whether the cached value is current is decided on
+    the host from each weight's address, version counter (bumped by every in-place write: ``load_state_dict``,
+    a loader's ``copy_``, random initialisation), dtype and device; so loading, casting or moving a model
+    needs no extra call, and a step reads no device value. Not a parameter or buffer: ``state_dict`` never
+    sees it.
+    """
+
+    def __init__(self, compute: Callable[..., object]) -> None:
+        self.compute = compute
+        self.key: tuple | None = None
+        self.value: object = None
+
+    def __call__(self, *weights: torch.Tensor):
+        if self.key != self._key(weights):
+            self.value = self.compute(*weights)
+            self.key = self._key(weights)  # after computing: ``Merged`` re-points its parts
+        return self.value
+
+    @staticmethod
+    def _key(weights: tuple[torch.Tensor, ...]) -> tuple:
+        return tuple((w.data_ptr(), w._version, w.dtype, w.device) for w in weights)
+
+
+class Merged:
+    """Several ``Linear`` layers on the same input as one matrix product (q/k/v, gate/up, ...).
+
+    The parts keep their checkpoint names; when first used (and after a load), their weights are
+    concatenated into one matrix and each part's weight becomes a view of it, so the merged weight costs no
+    memory and a later load into the parts by name writes into it.
+    """
+
+    def __init__(self, *parts: nn.Linear) -> None:
+        self.parts = parts
+        self.sizes = [p.out_features for p in parts]
+        self.folded = Folded(self._merge)
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Each part's output, from one product."""
+        tensors = [p.weight for p in self.parts] + [p.bias for p in self.parts if p.bias is not None]
+        weight, bias = self.folded(*tensors)
+        return list(linear(x, weight, bias).split(self.sizes, dim=-1))
+
+    @torch.no_grad()
+    def _merge(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n = len(self.parts)
+        weight = torch.cat(tensors[:n])
+        bias = torch.cat(tensors[n:]) if len(tensors) > n else None
+        for part, w, b in zip(self.parts, weight.split(self.sizes), _split(bias, self.sizes)):
+            part.weight.data = w
+            if b is not None:
+                part.bias.data = b
+        return weight, bias
+
+
+def _split(bias: torch.Tensor | None, sizes: list[int]) -> list[torch.Tensor | None]:
+    return [None] * len(sizes) if bias is None else list(bias.split(sizes))
 
 
 class RMSNorm(nn.Module):
@@ -41,18 +111,19 @@ class RMSNorm(nn.Module):
 class ZeroCenteredRMSNorm(nn.Module):
     """Zero-centred RMSNorm ``x_hat * (1 + w)`` (Qwen3.5): normalise and scale in float32, cast at the end.
 
-    Checkpoints store ``w`` as the offset from one, so a freshly initialised weight is zero.
+    Checkpoints store ``w`` as the offset from one, so a freshly initialised weight is zero. The float32
+    scale ``1 + w`` is computed once (``Folded``); ``kernels.norm.rms_norm_ref`` is the textbook form.
     """
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.zeros(dim))
+        self.scale = Folded(lambda w: rms_scale(w, offset=1.0))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * (1.0 + self.weight.float())).to(x.dtype)
+    def forward(self, x: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Normalise ``x`` over its last dim; the result in ``dtype`` (default: the input's)."""
+        return rms_norm(x, self.scale(self.weight), self.eps, dtype)
 
     def init_random(self, generator: torch.Generator, std: float) -> None:
         nn.init.zeros_(self.weight)
@@ -61,76 +132,61 @@ class ZeroCenteredRMSNorm(nn.Module):
 class RotaryEmbedding:
     """Rotary position embedding on the first ``rotary_dim`` dims of each head (rotate-half convention).
 
-    Holds no tensors: the inverse frequencies are recomputed in float32 on each call, so casting the model to
-    bfloat16 never touches them.
+    Not a module: its float32 inverse frequencies are kept per device outside the model's parameters and
+    buffers, so casting the model to bfloat16 never touches them.
     """
 
     def __init__(self, rotary_dim: int, theta: float) -> None:
         self.rotary_dim = rotary_dim
         self.theta = theta
+        self.inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def frequencies(self, device: torch.device) -> torch.Tensor:
+        """``theta ** (-2i / rotary_dim)`` in float32, computed once per device."""
+        if device not in self.inv_freq:
+            steps = torch.arange(0, self.rotary_dim, 2, dtype=torch.float32, device=device)
+            self.inv_freq[device] = 1.0 / (self.theta ** (steps / self.rotary_dim))
+        return self.inv_freq[device]
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """Return ``cos, sin`` of shape ``[T, rotary_dim]`` for positions ``[T]``, cast to ``dtype``."""
-        steps = torch.arange(0, self.rotary_dim, 2, dtype=torch.float32, device=positions.device)
-        inv_freq = 1.0 / (self.theta ** (steps / self.rotary_dim))
-        freqs = positions.float()[:, None] * inv_freq[None, :]
-        angles = torch.cat([freqs, freqs], dim=-1)
+        """Return ``cos, sin`` of shape ``[T, rotary_dim]`` for positions ``[T]``, cast to ``dtype``.
+
+        The sine's first half is negated (``sin(-a) = -sin(a)``; the cosine is even), which is the sign the
+        rotated half needs: ``apply_rotary`` then needs no negation of its own.
+        """
+        freqs = positions[:, None] * self.frequencies(positions.device)[None, :]
+        angles = torch.cat([-freqs, freqs], dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 # --8<-- [start:rotary]
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` of shape ``[T, heads, head_dim]`` on its first ``cos.shape[-1]`` dims; the rest pass."""
+    """Rotate ``x`` of shape ``[T, heads, head_dim]`` on its first ``cos.shape[-1]`` dims; the rest pass.
+
+    ``x1, x2`` (the two halves) become ``x1 cos - x2 sin, x2 cos + x1 sin``; ``sin`` carries the minus sign
+    of its first half (``RotaryEmbedding.cos_sin``), so the halves are only swapped (``roll``).
+    """
     rot = cos.shape[-1]
     x_rot, x_pass = x[..., :rot], x[..., rot:]
-    half = rot // 2
-    rotated_half = torch.cat([-x_rot[..., half:], x_rot[..., :half]], dim=-1)
-    x_rot = x_rot * cos[:, None, :] + rotated_half * sin[:, None, :]
+    swapped = x_rot.roll(rot // 2, dims=-1)
+    x_rot = torch.addcmul(x_rot * cos[:, None, :], swapped, sin[:, None, :])
     return torch.cat([x_rot, x_pass], dim=-1) if x_pass.shape[-1] else x_rot
 # --8<-- [end:rotary]
 
 
-SKINNY_ROWS = range(4, 33)
-"""Row counts (decode batches) for which ``Linear`` puts the weight on the left on CPU."""
-SKINNY_MIN_INPUT = 512
-"""...and the smallest input width for which it does."""
-
-
-# --8<-- [start:linear]
-class Linear(nn.Linear):
-    """``nn.Linear`` that computes a few rows on CPU as ``(W @ x^T)^T`` instead of ``x @ W^T``.
-
-    The products and sums are the same (only their order differs, so results agree to float rounding). For
-    4 to 32 rows and inputs at least 512 wide (every projection of the 0.8B and 2B shapes), CPU GEMM with the
-    large weight as the left operand is faster than ``F.linear``: the batch-8 "every linear layer once" rows
-    of ``snippets/bench/cpu-qwen3.5-0.8b.md`` time this class against transformers' ``nn.Linear``. Narrow
-    inputs (the ``tiny`` preset) keep ``F.linear``: there the product is small and the transposing copy of
-    the output is what costs. One row, long prefills and accelerators keep ``F.linear`` too.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        skinny = x.dim() == 2 and x.shape[0] in SKINNY_ROWS and self.in_features >= SKINNY_MIN_INPUT
-        if x.device.type != "cpu" or not skinny:
-            return F.linear(x, self.weight, self.bias)
-        out = torch.mm(self.weight, x.t())
-        if self.bias is not None:
-            out += self.bias[:, None]
-        return out.t().contiguous()
-# --8<-- [end:linear]
-
-
 class SwiGLUMLP(nn.Module):
-    """``down(silu(gate(x)) * up(x))``, no biases."""
+    """``down(silu(gate(x)) * up(x))``, no biases; gate and up as one product (``Merged``)."""
 
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
         self.gate_proj = Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
+        self.gate_up = Merged(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # in place on the fresh gate projection: no second [T, intermediate] tensor to allocate
-        return self.down_proj(F.silu(self.gate_proj(x), inplace=True).mul_(self.up_proj(x)))
+        gate, up = self.gate_up(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 # --8<-- [start:attention]

@@ -1,0 +1,163 @@
+"""Each fast path in ``models/kernels/`` gives its plain reference's result; merged weights and folded
+constants follow every change of the weights; and a decode step at the 0.8B shape launches no more kernels
+than the performance page says (and never more than ``GRAPH_PATH_CEILING``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mini_deepinfer.models.kernels.cpu import SKINNY_MIN_INPUT, Linear
+from mini_deepinfer.models.kernels.deltanet import (
+    causal_conv_ref,
+    causal_conv_step,
+    causal_conv_with_window,
+    recurrent_delta_step,
+    recurrent_delta_step_ref,
+)
+from mini_deepinfer.models.kernels.norm import (
+    l2_normalize,
+    l2_normalize_ref,
+    rms_norm,
+    rms_norm_ref,
+    rms_scale,
+)
+from mini_deepinfer.models.layers import Folded, SwiGLUMLP
+from site_scripts.common import ROOT
+
+GRAPH_PATH_CEILING = 1_300
+"""Kernels per graph-path decode step at the 0.8B shape that the plain-PyTorch model must stay under."""
+
+
+def randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize("magnitude", [1.0, 1e-3])  # 1e-3: mean(x^2) is about eps, so eps must be right
+def test_rms_norm_equals_textbook_rms_norm(dtype, offset, magnitude):
+    x, weight = (randn(5, 3, 64) * magnitude).to(dtype), randn(64, seed=1) * 0.3
+    ours = rms_norm(x, rms_scale(weight, offset), 1e-6)
+    expected = rms_norm_ref(x, weight, 1e-6, offset)
+    assert ours.dtype == dtype
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(ours.float(), expected.float(), atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("magnitude", [1.0, 1e-3])
+def test_l2_normalize_equals_textbook_form(magnitude):
+    x = randn(4, 2, 16, 32) * magnitude
+    torch.testing.assert_close(l2_normalize(x), l2_normalize_ref(x), atol=1e-6, rtol=1e-5)
+
+
+def test_causal_conv_in_pieces_equals_whole_and_conv1d():
+    x, weight = randn(1, 10, 5), randn(5, 1, 4, seed=1)
+    taps = weight[:, 0, :]
+    whole, whole_window = causal_conv_with_window(x, torch.zeros(1, 5, 3), taps)
+    torch.testing.assert_close(whole, causal_conv_ref(x, torch.zeros(1, 5, 3), weight), atol=1e-6, rtol=0)
+    window, pieces = torch.zeros(1, 5, 3), []
+    for start, end in [(0, 2), (2, 3), (3, 6), (6, 10)]:  # shorter than, equal to and longer than the window
+        y, window = causal_conv_with_window(x[:, start:end], window, taps)
+        pieces.append(y)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), whole, atol=1e-6, rtol=0)
+    assert torch.equal(window, whole_window)
+    assert torch.equal(whole_window[0], x[0, -3:].T)
+
+
+def test_one_token_convolution_equals_conv1d_and_shifts_the_window():
+    x, window, weight = randn(3, 6), randn(3, 6, 3, seed=1), randn(6, 1, 4, seed=2)
+    y, new = causal_conv_step(x, window, weight[:, 0, :])
+    expected = causal_conv_ref(x[:, None, :], window, weight)[:, 0]
+    torch.testing.assert_close(y, expected, atol=1e-6, rtol=0)
+    assert torch.equal(new, torch.cat([window[..., 1:], x[..., None]], dim=-1))
+
+
+def delta_inputs(*lead: int, dk: int = 8, dv: int = 6, seed: int = 0) -> list[torch.Tensor]:
+    q = F.normalize(randn(*lead, dk, seed=seed), dim=-1) * dk**-0.5
+    k = F.normalize(randn(*lead, dk, seed=seed + 1), dim=-1)
+    v = randn(*lead, dv, seed=seed + 2)
+    g = -F.softplus(randn(*lead, seed=seed + 3))
+    beta = torch.sigmoid(randn(*lead, seed=seed + 4))
+    return [q, k, v, g, beta]
+
+
+def test_one_read_delta_step_equals_textbook_step():
+    q, k, v, g, beta = delta_inputs(2, 3)
+    state = randn(2, 3, 8, 6, seed=9)
+    expected_o, expected_state = recurrent_delta_step_ref(state, q, k, v, g, beta)
+    o, new = recurrent_delta_step(state.clone(), torch.stack([q, k], dim=-2), v, g, beta)
+    torch.testing.assert_close(o, expected_o, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(new, expected_state, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 4, 8, 32, 33])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_weight_left_form_equals_f_linear(rows, bias):
+    layer = Linear(SKINNY_MIN_INPUT, 48, bias=bias)
+    if bias:
+        torch.nn.init.normal_(layer.bias)
+    x = torch.randn(rows, SKINNY_MIN_INPUT)
+    out = layer(x)
+    assert out.is_contiguous()
+    assert torch.allclose(out, F.linear(x, layer.weight, layer.bias), atol=1e-5)
+
+
+def test_merged_projection_equals_its_parts_and_follows_a_load():
+    mlp = SwiGLUMLP(16, 24)
+    x = randn(3, 16)
+
+    def plain(m: SwiGLUMLP) -> torch.Tensor:
+        return m.down_proj(F.silu(m.gate_proj(x)) * m.up_proj(x))
+
+    torch.testing.assert_close(mlp(x), plain(mlp))
+    assert mlp.gate_proj.weight.data_ptr() == mlp.gate_up.folded.value[0].data_ptr()  # a view, no copy
+    other = SwiGLUMLP(16, 24)
+    mlp.load_state_dict(other.state_dict())  # by the checkpoint's names, into the merged weight
+    assert set(mlp.state_dict()) == {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
+    torch.testing.assert_close(mlp(x), plain(other))
+
+
+def test_folded_constant_is_recomputed_after_an_in_place_write_only():
+    weight, calls = torch.zeros(4), []
+    folded = Folded(lambda w: calls.append(1) or w + 1)
+    folded(weight)
+    folded(weight)
+    assert len(calls) == 1
+    weight.copy_(torch.ones(4))
+    assert torch.equal(folded(weight), torch.full((4,), 2.0)) and len(calls) == 2
+
+
+@pytest.fixture(scope="module")
+def kernel_counts():
+    from site_scripts.gen_kernels import count_decode_step, random_model
+
+    model = random_model()
+    return {"eager": count_decode_step(model, graphs=False),
+            "graph path": count_decode_step(model, graphs=True)}
+
+
+def committed_totals() -> list[int]:
+    text = (ROOT / "snippets" / "bench" / "kernels.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| **total**"))
+    return [int(n.replace(",", "")) for n in re.findall(r"\*\*([\d,]+)\*\*", row)]
+
+
+def test_decode_step_kernels_do_not_rise_above_the_page_or_the_ceiling(kernel_counts):
+    eager, graph = (sum(kernel_counts[p].by_part.values()) for p in ("eager", "graph path"))
+    page_eager, page_graph = committed_totals()
+    assert graph <= GRAPH_PATH_CEILING, f"{graph} kernels per graph-path decode step"
+    assert eager <= page_eager and graph <= page_graph, (
+        f"kernels per decode step rose: eager {eager} (page {page_eager}), graph path {graph} "
+        f"(page {page_graph}); regenerate with --only kernels if a rise is meant")
+
+
+def test_decode_step_has_no_bfloat16_round_trips(kernel_counts):
+    """Casts per step: one per Gated DeltaNet layer (its output gate goes to float32 for SiLU, as in
+    transformers) and rotary's two; no norm, convolution or delta rule casts down and back up (384 casts
+    per step before, 16 per layer)."""
+    assert kernel_counts["graph path"].by_op["_to_copy"] <= 18 + 2
