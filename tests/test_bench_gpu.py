@@ -233,6 +233,18 @@ def test_steps_reruns_the_chosen_steps_and_merges_them_into_the_manifest(tmp_pat
     assert {n.split("/", 1)[1] for n in archive_names(out.with_name("o.tar.gz"))} == {"manifest.json"}
 
 
+def test_steps_drops_earlier_entries_of_another_commit(tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    args = ["--quick", "--dry-run", "--output-dir", str(out), "--weights-dir", str(tmp_path / "w")]
+    monkeypatch.setattr(gpu, "run_step", lambda step, limit, run, entry: {"status": "passed"})
+    assert main([*args, "--steps", "speculative"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["steps"][0]["provenance"]["commit"] = "another"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert main([*args, "--steps", "no-stall"]) == 0
+    assert [e["step"] for e in json.loads((out / "manifest.json").read_text())["steps"]] == ["no-stall"]
+
+
 def test_steps_add_the_checkpoints_a_record_needs_only_when_they_are_missing(tmp_path):
     plan = steps(Plan("cuda:0", tmp_path / "out", tmp_path / "weights", quick=True))
     chosen = select(plan, ["record-speculative"], lambda s: False)

@@ -415,7 +415,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def pack(out: Path, archive: Path, tag: str) -> None:
     """Every file under ``out`` (``manifest.json``, ``bench/``, ``records/``, ``logs/``) in one .tar.gz, in
-    a folder named ``tag``: a device call brings back a few files, and this is one."""
+    a folder named ``tag``: one file to bring back from the GPU machine."""
     tmp = archive.with_name(archive.name + ".tmp")
     files = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
                    and p.resolve() != archive.resolve())
@@ -524,8 +524,9 @@ def load_manifest(path: Path) -> dict[str, Any] | None:
 
 
 def start_run(args: Any, plan: list[Step], argv: list[str]) -> tuple[Run, dict[str, Any]]:
-    """The run's folders and manifest (with ``--steps``, the earlier one's entries are kept) and the
-    provenance every step shares. ``plan`` is the whole plan, not only the steps chosen."""
+    """The run's folders and manifest and the provenance every step shares. With ``--steps``, the earlier
+    manifest's entries of the same commit and tree are kept (one archive never mixes two sources).
+    ``plan`` is the whole plan, not only the steps chosen."""
     for sub in ("bench", "records", "logs"):
         (args.output_dir / sub).mkdir(parents=True, exist_ok=True)
     provenance = common_provenance(args.device)
@@ -539,7 +540,9 @@ def start_run(args: Any, plan: list[Step], argv: list[str]) -> tuple[Run, dict[s
                 "steps": []}
     earlier = load_manifest(args.output_dir / "manifest.json") if args.steps else None
     if earlier is not None:
-        manifest["steps"] = [e for e in earlier.get("steps", []) if e["step"] in {s.name for s in plan}]
+        same = {"commit": provenance["commit"], "clean_tree": provenance["clean_tree"]}
+        manifest["steps"] = [e for e in earlier.get("steps", []) if e["step"] in {s.name for s in plan}
+                             and {k: e.get("provenance", {}).get(k) for k in same} == same]
     archive = args.archive or args.output_dir.with_name(args.output_dir.name + ".tar.gz")
     return Run(args.output_dir, archive, manifest, manifest["wall_limit_s"], args.dry_run), provenance
 
