@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from .core.engine import Engine, EngineConfig
-from .core.request import SamplingParams
+from .core.request import FinishReason, SamplingParams
 from .core.toy import ToyRunner
 from .core.trace import Trace, TraceEvent, format_event
 from .tools.cli import OneLineParser, UsageError, in_flag_terms, run_command
@@ -26,8 +26,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Run two toy requests (next token = last input + 1) through Engine.step().")
     parser.add_argument("--slots", type=int, default=8, help="KV slots in the cache (default 8)")
     parser.add_argument("--cancel", metavar="REQUEST_ID", help="cancel this request (req-0 or req-1)")
-    parser.add_argument("--cancel-after-round", type=int, default=1, metavar="N",
-                        help="round after which --cancel takes effect (default 1)")
+    parser.add_argument("--cancel-after-round", type=int, metavar="N",
+                        help="round (1, 2, ...) after which --cancel takes effect (default 1)")
     parser.add_argument("--pipeline", action="store_true",
                         help="cross-round execution: launch round N+1 before reading round N")
     return parser.parse_args(argv)
@@ -56,13 +56,27 @@ def run_demo(args: argparse.Namespace, print_line=print) -> Engine:
 
 def run(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.cancel not in (None, "req-0", "req-1"):
-        raise UsageError(f"--cancel must be req-0 or req-1, got {args.cancel!r}")
+    check_cancel_flags(args)
     with in_flag_terms({"kv_capacity": "--slots"}):
         EngineConfig(kv_capacity=args.slots)  # checks --slots before anything is printed
     print(f"Toy model: next token = last input + 1. KV slots: {args.slots}.")
-    run_demo(args)  # a request that never fits the cache: one line, exit code 2 (run_command)
+    engine = run_demo(args)  # a request that never fits the cache: one line, exit code 2 (run_command)
+    if args.cancel and engine.requests[args.cancel].finish_reason is not FinishReason.CANCELLED:
+        print(f"Not cancelled: {args.cancel} finished before round {args.cancel_after_round} ended.")
     return 0
+
+
+def check_cancel_flags(args: argparse.Namespace) -> None:
+    """``--cancel`` names one of the two requests; ``--cancel-after-round`` goes with it, from round 1 on."""
+    if args.cancel not in (None, "req-0", "req-1"):
+        raise UsageError(f"--cancel must be req-0 or req-1, got {args.cancel!r}")
+    if args.cancel_after_round is not None and args.cancel is None:
+        raise UsageError("--cancel-after-round is used only with --cancel")
+    if args.cancel_after_round is not None and args.cancel_after_round < 1:
+        raise UsageError(f"--cancel-after-round must be >= 1 (rounds are numbered from 1), "
+                         f"got {args.cancel_after_round}")
+    if args.cancel_after_round is None:
+        args.cancel_after_round = 1
 
 
 def main(argv: list[str] | None = None) -> int:

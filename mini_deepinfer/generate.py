@@ -12,6 +12,7 @@ Non-scope: the engine's decisions (``core/``), the model maths (``models/``).
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import time
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
-from mini_deepinfer.core.request import Request, SamplingParams
+from mini_deepinfer.core.request import MAX_SEED, MIN_TEMPERATURE, Request, SamplingParams
 from mini_deepinfer.tools.cli import (
     OneLineParser,
     UsageError,
@@ -40,7 +41,7 @@ DEFAULT_DRAFT_WIDTH = 3
 FLAGS = {"kv_capacity": "--cache-capacity", "max_num_seqs": "--max-num-seqs",
          "max_batched_tokens": "--max-batched-tokens", "pipeline": "--pipeline",
          "spec_width": "--draft-width", "max_new_tokens": "--max-new-tokens", "temperature": "--temperature",
-         "top_k": "--top-k", "top_p": "--top-p"}
+         "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed"}
 """The flag behind each engine and sampling parameter, for error messages (``in_flag_terms``)."""
 
 
@@ -58,10 +59,12 @@ def build_parser() -> OneLineParser:
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
     p.add_argument("--cache-capacity", type=int, default=DEFAULT_CAPACITY,
                    help=f"KV slots (token positions, all requests together; default {DEFAULT_CAPACITY})")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help=f"0 = greedy (default); otherwise a finite number >= {MIN_TEMPERATURE:g}")
     p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
-    p.add_argument("--seed", type=int, help="seed of request i is SEED + i (random if omitted)")
+    p.add_argument("--seed", type=int,
+                   help="seed of request i is SEED + i, each in 0..2**64-1 (random if omitted)")
     p.add_argument("--max-num-seqs", type=int, default=8, help="requests running at once (default 8)")
     p.add_argument("--max-batched-tokens", type=int, default=2048,
                    help="token budget per round (default 2048)")
@@ -69,7 +72,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--stagger-prompts", action="store_true", help="prompts arrive one round apart")
     p.add_argument("--pipeline", action="store_true",
                    help="cross-round execution: launch round N+1 before reading round N")
-    add_execution_options(p)
+    add_execution_options(p, graphs_note="; refused with --speculative or --temperature > 0, where no round "
+                                         "runs as a graph (neither flag: graphs only where they can run)")
     p.add_argument("--trace-rounds", action="store_true", help="print every round's schedule and cache")
     p.add_argument("--stream", action="store_true", help="print text as it is committed")
     p.add_argument("--cancel-after-tokens", type=int, metavar="N",
@@ -86,7 +90,7 @@ def build_parser() -> OneLineParser:
     return p
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Options:
     """Every resolved option; stored as the run record's ``config``."""
 
@@ -133,37 +137,61 @@ class Options:
 
 
 def read_prompt_file(path: Path) -> list[str]:
+    """The non-empty lines of a UTF-8 file; a byte-order mark at its start is not part of the first prompt."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UsageError(f"prompt file not found: {path}") from None
+    except IsADirectoryError:
+        raise UsageError(f"prompt file {path} is a folder") from None
     except UnicodeDecodeError as exc:
         raise UsageError(f"prompt file {path} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read prompt file {path}: {exc.strerror}") from None
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def check_prompt_text(prompt: str, index: int) -> str:
+    """A ``--prompt`` must be UTF-8: Python keeps undecodable argument bytes as lone surrogates."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = os.fsencode(prompt[exc.start])[0]
+        raise UsageError(f"--prompt {index + 1} is not UTF-8 text (byte 0x{byte:02x} at character "
+                         f"{exc.start})") from None
+    return prompt
+
+
 def resolve_options(argv: list[str]) -> Options:
-    """Parse the flags; check the ones only this command has (the engine checks its own in
-    ``engine_config``)."""
+    """Parse the flags and check every one of them, before anything heavy is imported or loaded: the engine's
+    and the sampling numbers are checked by making an ``EngineConfig`` and each ``SamplingParams``."""
     a = build_parser().parse_args(argv)
     if a.model is None:
         raise UsageError("--model is required (a local checkpoint folder)")
-    prompts = list(a.prompt) + (read_prompt_file(a.prompt_file) if a.prompt_file else [])
+    prompts = [check_prompt_text(p, i) for i, p in enumerate(a.prompt)]
+    prompts += read_prompt_file(a.prompt_file) if a.prompt_file else []
     if not prompts:
         raise UsageError("give at least one --prompt (or --prompt-file)")
     if a.cancel_after_tokens is not None and a.cancel_after_tokens < 1:
         raise UsageError(f"--cancel-after-tokens must be >= 1, got {a.cancel_after_tokens}")
     check_speculative_flags(a)
+    check_execution_flags(a)
+    check_seed(a.seed, len(prompts))
     seed = a.seed if a.seed is not None or a.temperature == 0 else secrets.randbits(31)
-    options = Options(str(a.model), a.device, a.dtype, prompts, a.raw, a.max_new_tokens, a.ignore_eos,
-                      a.cache_capacity, a.temperature, a.top_k, a.top_p, seed, a.max_num_seqs,
-                      a.max_batched_tokens, a.chunked_prefill, a.stagger_prompts, a.pipeline, a.trace_rounds,
-                      a.stream, a.cancel_after_tokens, str(a.output) if a.output else None)
-    if a.speculative:
-        options.draft_model, options.speculative = str(a.draft_model), True
-        options.draft_width = DEFAULT_DRAFT_WIDTH if a.draft_width is None else a.draft_width
-    options.check_greedy = a.check_greedy
-    options.graphs = execution_choice(a)
+    options = Options(
+        model=str(a.model), device=a.device, dtype=a.dtype, prompts=prompts, raw=a.raw,
+        max_new_tokens=a.max_new_tokens, ignore_eos=a.ignore_eos, cache_capacity=a.cache_capacity,
+        temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=seed, max_num_seqs=a.max_num_seqs,
+        max_batched_tokens=a.max_batched_tokens, chunked_prefill=a.chunked_prefill,
+        stagger_prompts=a.stagger_prompts, pipeline=a.pipeline, trace_rounds=a.trace_rounds, stream=a.stream,
+        cancel_after_tokens=a.cancel_after_tokens, output=str(a.output) if a.output else None,
+        draft_model=str(a.draft_model) if a.speculative else None, speculative=a.speculative,
+        draft_width=(a.draft_width or DEFAULT_DRAFT_WIDTH) if a.speculative else None,
+        check_greedy=a.check_greedy, graphs=execution_choice(a))
+    with in_flag_terms(FLAGS):
+        options.engine_config()
+        for i in range(len(prompts)):
+            options.sampling_params([], i)
     return options
 
 
@@ -173,9 +201,28 @@ def check_speculative_flags(a) -> None:
         raise UsageError("--speculative needs --draft-model (a local checkpoint of the draft model)")
     if not a.speculative and (a.draft_model is not None or a.draft_width is not None):
         raise UsageError("--draft-model and --draft-width are used only with --speculative")
+    if a.draft_width is not None and not 1 <= a.draft_width <= MAX_SPEC_WIDTH:
+        raise UsageError(f"--draft-width must be an integer in 1..{MAX_SPEC_WIDTH}, got {a.draft_width}")
     if a.check_greedy and a.temperature > 0:
         raise UsageError("--check-greedy compares with greedy decoding; it cannot be combined with sampling "
                          f"(--temperature {a.temperature})")
+
+
+def check_execution_flags(a) -> None:
+    """``--graphs`` runs greedy plain decode rounds as graphs: with a draft or with sampling none would."""
+    if a.graphs and a.speculative:
+        raise UsageError("--graphs cannot be combined with --speculative: speculative rounds run eagerly "
+                         "(drop --graphs)")
+    if a.graphs and a.temperature > 0:
+        raise UsageError(f"--graphs runs only greedy decode rounds as graphs; with --temperature "
+                         f"{a.temperature} every round would run eagerly (drop --graphs)")
+
+
+def check_seed(seed: int | None, prompts: int) -> None:
+    """Request i gets ``SEED + i``: the last one must still be a seed a generator takes."""
+    if seed is not None and not 0 <= seed <= MAX_SEED - (prompts - 1):
+        raise UsageError(f"--seed must be in 0..2**64-{prompts} (request i gets SEED + i; {prompts} "
+                         f"prompt{'s' if prompts > 1 else ''}), got {seed}")
 
 
 @dataclass
@@ -367,48 +414,73 @@ def execution_info(engine: Engine) -> dict:
             "rounds": dict(engine.runner.rounds_by_mode)}
 
 
-def run(argv: list[str]) -> int:
-    """Flags, the text layer and the prompts are checked before the weights load; whether each prompt fits
-    the cache and the budget is checked by the engine (``new_request``) before any round runs."""
-    options = resolve_options(argv)
-    from mini_deepinfer.runtime.factory import check_draft
+def check_memory(options: Options, graphs: bool) -> None:
+    """Refuse a cache larger than the device's memory in one line, before it is allocated (``config.json``
+    is read again by the loader; it is small)."""
+    from mini_deepinfer.models.loader import checkpoint_folder, parse_model_config, read_config_dict
+    from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
+    from mini_deepinfer.tools.memory import cache_bytes, check_cache_fits, device_memory
 
-    with in_flag_terms(FLAGS):
-        config = options.engine_config()
-        check_draft(config, options.speculative)  # again in build_engine; here before anything loads
+    device, itemsize = resolve_device(options.device), resolve_dtype(options.dtype).itemsize
+    needed = {"kv": 0, "state": 0}
+    for path in [options.model] + ([options.draft_model] if options.speculative else []):
+        folder = checkpoint_folder(path)
+        config = parse_model_config(read_config_dict(folder), folder)
+        part = cache_bytes(config, options.cache_capacity, options.max_num_seqs, itemsize, dummy_slots=graphs)
+        needed = {key: needed[key] + part[key] for key in needed}
+    what = f"--cache-capacity {options.cache_capacity} and --max-num-seqs {options.max_num_seqs}"
+    check_cache_fits(needed, device_memory(device), what)
+
+
+def graphs_to_use(options: Options) -> bool:
+    """Graphs where asked (``--graphs`` with a draft or sampling is refused earlier), or by the device's
+    default where they can run: never with a draft, never when every round samples."""
+    from mini_deepinfer.runtime.device import resolve_device
+    from mini_deepinfer.runtime.factory import use_graphs
+
+    can_run = not options.speculative and options.temperature == 0
+    return can_run and use_graphs(resolve_device(options.device), options.graphs)
+
+
+def run(argv: list[str]) -> int:
+    """Every flag, the output path, the text layer, the prompts and the cache's size are checked before the
+    weights load; whether each prompt fits the cache and the budget is checked by the engine
+    (``new_request``) before any round runs. A run that fails writes no record, so an old one stays."""
+    options = resolve_options(argv)
     if options.output:
         from mini_deepinfer.tools.records import check_output_path
 
         check_output_path(options.output)
     text = load_text_layer(options)
     rids = [f"req-{i}" for i in range(len(options.prompts))]
-    with in_flag_terms(FLAGS):
-        params = [options.sampling_params(text.eos_ids, i) for i in range(len(rids))]
+    params = [options.sampling_params(text.eos_ids, i) for i in range(len(rids))]
     token_ids = [encode_prompt(prompt, text, options) for prompt in options.prompts]
+    graphs = graphs_to_use(options)
+    check_memory(options, graphs)
     loaded = load_weights(options, text)
     from mini_deepinfer.core.trace import Trace
-    from mini_deepinfer.runtime.factory import build_engine, use_graphs
+    from mini_deepinfer.runtime.factory import build_engine
 
     out = Printer(options, text, rids)
-    graphs = use_graphs(loaded.device, options.graphs)  # build_engine runs a speculative engine eagerly
     with in_flag_terms(FLAGS):
-        engine = build_engine(loaded.target.model, config, draft=loaded.draft.model if loaded.draft else None,
+        engine = build_engine(loaded.target.model, options.engine_config(),
+                              draft=loaded.draft.model if loaded.draft else None,
                               trace=Trace(listener=out.event), graphs=graphs)
     requests = [engine.new_request(rid, ids, p) for rid, ids, p in zip(rids, token_ids, params)]
     start = time.perf_counter()
     drive(engine, requests, options, out)
     run_s = time.perf_counter() - start
     out.results(engine)
+    failed = [req.error for req in engine.requests.values() if req.error]
+    if failed:  # the runner failed (non-finite logits, for one): the answers above are incomplete
+        print(f"error: {failed[0]}", file=sys.stderr)
+        return 2
     greedy = run_check_greedy(loaded, engine, out) if options.check_greedy else None
     if options.output:
         record = build_record(argv, options, loaded, text, engine, dict(zip(rids, options.prompts)), run_s)
         if greedy is not None:
             record.add_check("check_greedy", greedy)
         record.write(options.output)
-    failed = [req.error for req in engine.requests.values() if req.error]
-    if failed:  # the runner failed (non-finite logits, for one): the answers above are incomplete
-        print(f"error: {failed[0]}", file=sys.stderr)
-        return 2
     return 0
 
 

@@ -28,6 +28,8 @@ benchmark ``python -m mini_deepinfer.bench.speculative``).
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
-from mini_deepinfer.core.request import SamplingParams
+from mini_deepinfer.core.request import MAX_SEED, SamplingParams
 from mini_deepinfer.core.trace import Trace, TraceEvent, format_event, span
 from mini_deepinfer.tools.cli import OneLineParser, UsageError, in_flag_terms, run_command
 
@@ -198,10 +200,13 @@ class RoundPrinter:
 
 @dataclass
 class ColdCheck:
-    """After every round: both caches against a cold recomputation of what they should hold."""
+    """After every round: both caches against a cold recomputation of what they should hold. ``greedy`` keeps
+    the greedy check of the finished run (None when the request samples), made once for the summary and the
+    record."""
 
     comparisons: int = 0
     worst: float = 0.0
+    greedy: dict | None = None
     differed: tuple[str, ...] = ()  # the caches ("target", "draft") that differed after some round
 
     def check(self, engine: Engine) -> tuple[str, ...]:
@@ -273,6 +278,7 @@ def run_example(example: Example, width: int, trace_rounds: bool, print_line: Ca
         differ = cold.check(engine)
         if trace_rounds:
             print_line(cache_line(engine, differ))
+    cold.greedy = greedy_check(engine)
     for line in summary_lines(engine, cold):
         print_line(line)
     return engine, cold
@@ -294,13 +300,17 @@ def _decoding(example: Example) -> str:
     return f"sampling at temperature {example.temperature:g} (seed {example.seed})"
 
 
-def greedy_check_line(engine: Engine) -> str:
+def greedy_check(engine: Engine) -> dict | None:
+    """Request A's tokens against a plain greedy run of the target; None when A samples."""
     from mini_deepinfer.tools.checks import check_greedy
 
     req = engine.requests["A"]
-    if not req.params.greedy:
+    return check_greedy(engine.runner.model, [req]) if req.params.greedy else None
+
+
+def greedy_check_line(greedy: dict | None) -> str:
+    if greedy is None:
         return "Greedy check: not run (the request samples; its distribution is tested in lesson 14)."
-    greedy = check_greedy(engine.runner.model, [req])
     verdict = "equal" if greedy["passed"] else "DIFFER from"
     return f"Greedy check: {greedy['compared_tokens']} tokens {verdict} a plain greedy run of the target."
 
@@ -327,7 +337,7 @@ def summary_lines(engine: Engine, cold: ColdCheck) -> list[str]:
         f"Committed groups: {req.committed_groups}",
         f"Target forwards: {stats['target_forwards']} for {len(req.output_token_ids)} tokens; drafts "
         f"accepted {stats['accepted']} of {stats['proposed']}.",
-        greedy_check_line(engine),
+        greedy_check_line(cold.greedy),
         cold_check_line(cold),
         f"Free slots: target KV {engine.kv_pool.num_free}/{engine.kv_pool.capacity}, state "
         f"{engine.state_pool.num_free}/{engine.state_pool.capacity}; draft KV {draft.free_kv_slots()}/"
@@ -341,7 +351,6 @@ def build_record(argv: list[str], example: Example, width: int, engine: Engine, 
     import torch
 
     from mini_deepinfer.runtime.device import device_info
-    from mini_deepinfer.tools.checks import check_greedy
     from mini_deepinfer.tools.records import RunRecord, model_info
 
     runner = engine.runner
@@ -367,8 +376,8 @@ def build_record(argv: list[str], example: Example, width: int, engine: Engine, 
     draft = runner.draft
     record.set_cache("draft", draft.cache.kv_capacity, draft.free_kv_slots(), draft.cache.state_capacity,
                      draft.free_state_slots())
-    if req.params.greedy:
-        record.add_check("check_greedy", check_greedy(runner.model, [req]))
+    if cold.greedy is not None:
+        record.add_check("check_greedy", cold.greedy)
     record.add_check("cold_cache", {"comparisons": cold.comparisons, "tolerance": COLD_TOLERANCE,
                                     "max_abs_diff": cold.worst, "passed": cold.worst <= COLD_TOLERANCE,
                                     "compared": "KV of the committed prefix, conv windows and recurrent "
@@ -400,16 +409,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_write_draft(a: argparse.Namespace) -> None:
+    """The perturbed copy needs a finite noise, a seed a generator takes, and a folder apart from its source:
+    writing into the source (or a folder inside it, or one that holds it) would replace the weights it
+    reads."""
+    if not 0 <= a.noise < math.inf:  # written so that NaN fails too
+        raise UsageError(f"--noise must be a finite number >= 0, got {a.noise}")
+    if not 0 <= a.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..2**64-1, got {a.seed}")
+    source, target = (Path(os.path.realpath(p)) for p in a.write_draft)
+    if source == target or source in target.parents or target in source.parents:
+        relation = ("is" if source == target else "is inside" if source in target.parents else "holds")
+        raise UsageError(f"--write-draft: DRAFT_DIR {a.write_draft[1]} {relation} TARGET_DIR "
+                         f"{a.write_draft[0]}; write the draft to a folder of its own")
+
+
 def run(argv: list[str]) -> int:
     a = build_parser().parse_args(argv)
     if a.write_draft:
+        check_write_draft(a)
         from mini_deepinfer.tools.checkpoints import write_perturbed_checkpoint
 
-        if not a.noise >= 0:  # written so that NaN fails too
-            raise UsageError(f"--noise must be >= 0, got {a.noise}")
         changed = write_perturbed_checkpoint(*a.write_draft, noise=a.noise, seed=a.seed, force=a.force)
         print(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their std")
         return 0
+    if not 1 <= a.width <= MAX_SPEC_WIDTH:
+        raise UsageError(f"--width must be an integer in 1..{MAX_SPEC_WIDTH}, got {a.width}")
     if a.output:
         from mini_deepinfer.tools.records import check_output_path
 
@@ -421,7 +446,7 @@ def run(argv: list[str]) -> int:
     start = time.perf_counter()
     models = build_models(example)  # built in code: this is the run's "load"
     load_s, start = time.perf_counter() - start, time.perf_counter()
-    engine, cold = run_example(example, a.width, a.trace_rounds, models=models)  # checks --width
+    engine, cold = run_example(example, a.width, a.trace_rounds, models=models)
     if a.output:
         run_s = time.perf_counter() - start
         build_record(argv, example, a.width, engine, cold, load_s, run_s).write(a.output)

@@ -89,14 +89,28 @@ def demo_model(seed: int = MODEL_SEED) -> torch.nn.Module:
     return build_model(qwen3_5_config("tiny", initializer_range=0.1), torch.float32, "cpu", seed=seed)
 
 
+FLAGS = {"kv_capacity": "--kv-slots", "max_num_seqs": "--max-num-seqs",
+         "max_batched_tokens": "--max-batched-tokens"}
+"""The flag behind each engine number, for error messages (``in_flag_terms``)."""
+
+
 def make_engine(model: torch.nn.Module, options: DemoOptions, trace: Trace) -> BatchEngine:
     """A ``BatchEngine`` over the model; one state slot per admissible request."""
     from mini_deepinfer.runtime.factory import build_engine
 
-    flags = {"kv_capacity": "--kv-slots", "max_num_seqs": "--max-num-seqs",
-             "max_batched_tokens": "--max-batched-tokens"}
-    with in_flag_terms(flags):
+    with in_flag_terms(FLAGS):
         return build_engine(model, options.engine_config(), trace=trace)
+
+
+def check_memory(options: DemoOptions) -> None:
+    """Refuse, in one line and before anything is allocated, a cache larger than this machine's memory."""
+    from mini_deepinfer.models.presets import qwen3_5_config
+    from mini_deepinfer.tools.memory import FLOAT32_BYTES, cache_bytes, check_cache_fits, device_memory
+
+    config = qwen3_5_config("tiny")
+    needed = cache_bytes(config, options.kv_slots, options.max_num_seqs, FLOAT32_BYTES)
+    check_cache_fits(needed, device_memory("cpu"),
+                     f"--kv-slots {options.kv_slots} and --max-num-seqs {options.max_num_seqs}")
 
 
 # --8<-- [start:drive]
@@ -281,8 +295,11 @@ def parse_options(argv: list[str]) -> DemoOptions:
 
 def run(argv: list[str]) -> int:
     options = parse_options(argv)
+    with in_flag_terms(FLAGS):
+        options.engine_config()  # every number checked before torch loads
     import torch
 
+    check_memory(options)
     torch.set_num_threads(1)  # fastest for so small a model, and the same on any number of cores
     run_demo(options)  # bad numbers, or a request the cache or budget can never serve: refused before round 1
     return 0

@@ -18,13 +18,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mini_deepinfer.tools.checkpoints import (
-    CHECKPOINT_DTYPES,
+from mini_deepinfer.core.request import MAX_SEED
+from mini_deepinfer.tools.checkpoint_options import (
+    CHECKPOINT_DTYPE_NAMES,
     CHECKPOINT_PRESETS,
     DEFAULT_MAX_SHARD_SIZE,
-    write_random_checkpoint,
 )
-from mini_deepinfer.tools.cli import OneLineParser, run_command
+from mini_deepinfer.tools.cli import OneLineParser, UsageError, run_command
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -49,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("output", metavar="OUTPUT_DIR", type=Path, help="folder to create")
     parser.add_argument("--preset", required=True, choices=CHECKPOINT_PRESETS, help="model shape")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed, 0..2**64-1 (default 0)")
     parser.add_argument(
-        "--dtype", choices=sorted(CHECKPOINT_DTYPES), default="bfloat16",
+        "--dtype", choices=CHECKPOINT_DTYPE_NAMES, default="bfloat16",
         help="weight dtype (default bfloat16)"
     )
     parser.add_argument(
@@ -65,7 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(argv: list[str]) -> int:
+    """Every flag is checked before torch is imported (the writer imports it)."""
     args = build_parser().parse_args(argv)
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in 0..2**64-1, got {args.seed}")
+    from mini_deepinfer.tools.checkpoints import CHECKPOINT_DTYPES, write_random_checkpoint
+
     summary = write_random_checkpoint(
         args.output, args.preset, args.seed, CHECKPOINT_DTYPES[args.dtype], args.max_shard_size, args.force
     )

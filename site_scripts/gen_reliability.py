@@ -1,15 +1,19 @@
-"""The bad-input table of the reliability section: every case run for real, its one stderr line and exit code.
+"""The two tables of the reliability section: every bad input run for real, and the kinds of failure held.
 
 Scope: writing a random ``tiny`` checkpoint and broken copies of it into a temporary folder, running
 ``python -m mini_deepinfer.generate`` once per bad input, checking that each run ends with exit code 2 and
 exactly one stderr line without a traceback, and rendering the results as a Markdown table. Paths under the
-temporary folder are shown as ``weights/...``. Non-scope: the error messages themselves (``generate.py``,
-the loader, the engine) and injected runner failures (``tests/test_faults.py``).
+temporary folder are shown as ``weights/...``, the machine's memory as ``<memory>``, an undecodable argument
+byte as ``$'\\xff'``. The second table lists each kind of failure the commands guard against and the test
+that holds it (``tests/test_reliability.py`` checks that every test named there exists).
+Non-scope: the error messages themselves (``generate.py``, the loader, the engine) and injected runner
+failures (``tests/test_faults.py``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -24,6 +28,9 @@ PROMPT = ["--prompt", "Hello", "--raw"]
 HIDDEN_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # the same message on a machine with or without a GPU
 TIMEOUT_S = 300
 TORCH_VERSION = re.compile(r"\(torch [^)]*\)")  # the installed build, not part of the message
+MEMORY = re.compile(r"there are [0-9.]+ [KMGTP]?i?B of memory on this machine")  # differs by machine
+NOT_UTF8 = "NOT_UTF8"
+"""Stands for one argument byte that is not UTF-8 (0xff): run as that byte, shown as ``$'\\xff'``."""
 
 
 def edit_config(folder: Path, change) -> None:
@@ -61,6 +68,23 @@ def nan_embedding(folder: Path) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
+def int64_embedding(folder: Path) -> None:
+    """The token embedding stored as int64: the right shape, a dtype no weight has."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    name = next(n for n in tensors if n.endswith("embed_tokens.weight"))
+    tensors[name] = tensors[name].long()
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def interval_zero(config: dict) -> None:
+    """``full_attention_interval: 0``, with no ``layer_types`` list that would win over it."""
+    config["text_config"].pop("layer_types")
+    config["text_config"]["full_attention_interval"] = 0
+
+
 def prepare(root: Path) -> None:
     """The good checkpoint ``tiny`` and every broken folder or file the cases point at."""
     import torch
@@ -71,8 +95,11 @@ def prepare(root: Path) -> None:
     write_random_checkpoint(tiny, "tiny", seed=0, dtype=torch.float32)
     (root / "empty").mkdir()
     for name in ("corrupt-config", "truncated", "wrong-shapes", "wrong-type", "unknown-arch", "other-vocab",
-                 "nan-embedding"):
+                 "nan-embedding", "rope-string", "interval-zero", "int64-embedding"):
         shutil.copytree(tiny, root / name)
+    edit_config(root / "rope-string", lambda c: c["text_config"].update(rope_parameters="default"))
+    edit_config(root / "interval-zero", interval_zero)
+    int64_embedding(root / "int64-embedding")
     (root / "corrupt-config" / "config.json").write_text('{"architectures": [', encoding="utf-8")
     truncate_weights(root / "truncated")
     edit_config(root / "wrong-shapes", lambda c: c["text_config"].update(hidden_size=96))
@@ -113,15 +140,29 @@ def cases() -> list[tuple[str, list[str]]]:
         ("unknown dtype", [*tiny, "--dtype", "int7"]),
         ("prompt file not UTF-8", ["--model", "{w}/tiny", "--prompt-file", "{w}/prompts-gbk.txt"]),
         ("--output in a missing folder", [*tiny, "--output", "{w}/missing/run.json"]),
+        ("--temperature that underflows float32", [*tiny, "--temperature", "1e-320"]),
+        ("--temperature 1e-320 with a draft", [*self_draft, "--temperature", "1e-320"]),
+        ("--temperature inf", [*tiny, "--temperature", "inf"]),
+        ("--seed 2**70", [*tiny, "--seed", str(2**70)]),
+        ("--graphs with a draft model", [*self_draft, "--graphs"]),
+        ("--graphs with sampling", [*tiny, "--graphs", "--temperature", "0.8"]),
+        ("--cache-capacity larger than memory", [*tiny, "--cache-capacity", "1000000000000"]),
+        ("--max-num-seqs larger than memory", [*tiny, "--max-num-seqs", "1000000000"]),
+        ("--prompt not UTF-8", ["--model", "{w}/tiny", "--prompt", NOT_UTF8, "--raw"]),
+        ("--prompt-file naming a folder", ["--model", "{w}/tiny", "--prompt-file", "{w}"]),
+        ("rope_parameters a string", ["--model", "{w}/rope-string", *PROMPT]),
+        ("full_attention_interval 0", ["--model", "{w}/interval-zero", *PROMPT]),
+        ("weight stored as int64", ["--model", "{w}/int64-embedding", *PROMPT]),
     ]
 
 
 def run_case(args: list[str], root: Path) -> tuple[int, str]:
     """Run ``generate`` with ``args``; return its exit code and its single stderr line (paths masked)."""
-    argv = [a.replace("{w}", str(root)) for a in args]
+    argv = [a.replace("{w}", str(root)).replace(NOT_UTF8, os.fsdecode(b"\xff")) for a in args]
     proc = subprocess.run([sys.executable, "-m", "mini_deepinfer.generate", *argv], cwd=ROOT,
                           env=command_env(HIDDEN_GPU), capture_output=True, text=True, timeout=TIMEOUT_S)
     err = TORCH_VERSION.sub("(torch <version>)", proc.stderr.replace(str(root), "weights"))
+    err = MEMORY.sub("there are <memory> of memory on this machine", err)
     if proc.returncode != 2 or err.count("\n") != 1 or not err.endswith("\n") or "Traceback" in err:
         raise GeneratorError(f"{args}: expected exit 2 and one stderr line, got {proc.returncode}:\n{err}")
     return proc.returncode, err.rstrip("\n")
@@ -133,8 +174,9 @@ def cell(text: str) -> str:
 
 
 def shown_command(args: list[str]) -> str:
-    return shlex.join(["python", "-m", "mini_deepinfer.generate",
-                       *[a.replace("{w}", "weights") for a in args]])
+    command = shlex.join(["python", "-m", "mini_deepinfer.generate",
+                          *[a.replace("{w}", "weights") for a in args]])
+    return command.replace(NOT_UTF8, "$'\\xff'")
 
 
 def bad_inputs_table() -> str:
@@ -149,4 +191,47 @@ def bad_inputs_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-OUTPUTS = {"reliability/bad-inputs.md": bad_inputs_table}
+KINDS: tuple[tuple[str, str, str], ...] = (
+    ("Data lost", "a failed run (exit 2) keeps an existing `--output` file as it was",
+     "tests/test_generate_cli.py::test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_request"),
+    ("Data lost", "`--write-draft` refuses a draft folder that is, is inside or holds its source",
+     "tests/test_speculative_cli.py::test_write_draft_never_writes_into_or_around_its_source"),
+    ("Silent garbage", "a temperature below 1e-5 or not finite is refused on the plain and speculative paths",
+     "tests/test_generate_cli.py::test_a_temperature_that_would_underflow_is_refused_on_both_paths"),
+    ("Silent garbage", "the smallest temperature, 1e-5, samples the greedy tokens on both paths",
+     "tests/test_speculative_cli.py::test_the_smallest_temperature_gives_the_greedy_tokens_on_both_paths"),
+    ("Silent garbage", "`--noise inf` and a toy `--cancel-after-round -1` are refused",
+     "tests/test_reliability.py::test_settings_that_would_never_apply_or_give_garbage_are_refused"),
+    ("Contradictory flags", "`--graphs` with a draft or with sampling is refused, and `--help` says so",
+     "tests/test_speculative_cli.py::test_graphs_where_no_round_could_run_as_a_graph_is_refused_and_help_says_so"),
+    ("Contradictory flags", "a speculative run's record says its rounds ran eagerly",
+     "tests/test_speculative_cli.py::test_the_record_of_a_speculative_run_says_its_rounds_ran_eagerly"),
+    ("Resources no machine has", "a cache larger than memory is one line naming its size, before allocating",
+     "tests/test_reliability.py::test_a_cache_larger_than_memory_is_refused_before_it_is_allocated"),
+    ("Resources no machine has", "the size the commands compute is the size the cache allocates",
+     "tests/test_reliability.py::test_the_cache_size_checked_is_the_size_the_cache_allocates"),
+    ("Tracebacks on odd input", "odd prompts, prompt files, config values and seeds are one line, exit 2",
+     "tests/test_generate_cli.py::test_odd_input_is_one_line_and_exit_2_before_the_weights_load"),
+    ("Tracebacks on odd input", "a byte-order mark at the start of a prompt file is not a token",
+     "tests/test_generate_cli.py::test_a_byte_order_mark_is_not_part_of_the_prompt"),
+    ("Tracebacks on odd input", "every command checks its flags before it imports torch",
+     "tests/test_reliability.py::test_every_command_refuses_a_bad_flag_before_importing_torch"),
+    ("Tracebacks on odd input", "Ctrl-C while torch loads, and later, is `error: interrupted`, exit 130",
+     "tests/test_reliability.py::test_ctrl_c_at_several_moments_exits_130_with_one_line"),
+    ("Outputs that are not plain files", "a FIFO or `/dev/fd/N` is written into, never renamed over",
+     "tests/test_records.py::test_a_record_is_written_into_a_fifo_and_the_fifo_stays"),
+    ("Outputs that are not plain files", "a name the file system cannot hold is refused before the run",
+     "tests/test_reliability.py::test_an_output_name_too_long_is_refused_before_the_run"),
+)
+"""(kind, what holds, the test that holds it): the rows of the second table."""
+
+
+def kinds_table() -> str:
+    """The Markdown table of :data:`KINDS`."""
+    lines = ["| Kind | What holds | Test |", "| --- | --- | --- |"]
+    for kind, rule, test in KINDS:
+        lines.append(f"| {kind} | {rule} | {cell(test)} |")
+    return "\n".join(lines) + "\n"
+
+
+OUTPUTS = {"reliability/bad-inputs.md": bad_inputs_table, "reliability/kinds.md": kinds_table}

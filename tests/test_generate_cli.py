@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -143,14 +145,13 @@ def test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_reques
     shutil.copytree(tiny_checkpoint, broken)
     nan_embedding(broken)  # the broken checkpoint of the reliability table's NaN row
     out_file = tmp_path / "run.json"
+    out_file.write_text("the record of an earlier run\n", encoding="utf-8")
     code, out, err = generate(capsys, *base_args(broken, "--prompt", "a", "--prompt", "b", "--raw",
                                                  "--output", str(out_file)))
     assert code == 2 and err == "error: NonFiniteLogitsError: round 1: non-finite logits (NaN or inf) for " \
                                 "req-0, req-1\n"
-    record = json.loads(out_file.read_text(encoding="utf-8"))
-    assert [r["finish_reason"] for r in record["requests"]] == ["error", "error"]
-    assert [r["output_token_ids"] for r in record["requests"]] == [[], []]
-    assert record["cache"]["target"]["kv"]["free"] == 128, "the slots came back"
+    assert out.count("[error; 0 output tokens; free KV slots 128/128]") == 2, "the slots came back"
+    assert out_file.read_text(encoding="utf-8") == "the record of an earlier run\n", "a failed run keeps it"
 
 
 def test_a_config_field_of_the_wrong_type_is_one_line_and_exit_2(tiny_checkpoint, capsys, tmp_path):
@@ -182,3 +183,95 @@ def test_the_record_says_whether_rounds_ran_on_graphs_and_the_tokens_do_not_chan
 def test_graphs_and_eager_together_are_refused(capsys):
     code, out, err = generate(capsys, "--model", "x", "--prompt", "a", "--graphs", "--eager")
     assert (code, out) == (2, "") and err == "error: argument --eager: not allowed with argument --graphs\n"
+
+
+def test_a_temperature_that_would_underflow_is_refused_on_both_paths(tiny_checkpoint, capsys):
+    """1e-320 is 0 in float32: it used to sample token 0 (plain) or fail in the draw (speculative)."""
+    from mini_deepinfer.core.request import SamplingParams
+
+    plain = ["--model", str(tiny_checkpoint), "--prompt", "a", "--raw"]
+    speculative = [*plain, "--speculative", "--draft-model", str(tiny_checkpoint)]
+    for temperature in ("1e-320", "1e-6", "inf", "nan", "-1"):
+        errors = {generate(capsys, *args, "--temperature", temperature)[2] for args in (plain, speculative)}
+        assert errors == {f"error: --temperature must be 0 (greedy) or a finite number >= 1e-05, got "
+                          f"{float(temperature)}\n"}, temperature
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=1e-320)
+
+
+def int64_checkpoint(tiny_checkpoint, folder):
+    from site_scripts.gen_reliability import int64_embedding
+
+    shutil.copytree(tiny_checkpoint, folder)
+    int64_embedding(folder)
+    return folder
+
+
+def odd_inputs(tiny_checkpoint, tmp_path) -> dict[str, tuple[list[str], str]]:
+    """(arguments, expected message) of each odd input; every one is refused before any weight is read."""
+    from site_scripts.gen_reliability import interval_zero
+
+    rope, interval = tmp_path / "rope", tmp_path / "interval"
+    for folder in (rope, interval):
+        shutil.copytree(tiny_checkpoint, folder)
+    edit_config(rope, lambda c: c["text_config"].update(rope_parameters="default"))
+    edit_config(interval, interval_zero)
+    model = ["--model", str(tiny_checkpoint)]
+    return {
+        "not UTF-8": ([*model, "--prompt", "ok", "--prompt", "a" + os.fsdecode(b"\xff")],
+                      "--prompt 2 is not UTF-8 text (byte 0xff at character 1)"),
+        "folder": ([*model, "--prompt-file", str(tmp_path)], f"prompt file {tmp_path} is a folder"),
+        "rope string": (["--model", str(rope), "--prompt", "a"], "rope_parameters must be an object, got "
+                                                                 "'default'"),
+        "interval 0": (["--model", str(interval), "--prompt", "a"], "full_attention_interval must be an "
+                                                                    "integer >= 1, got 0"),
+        "seed": ([*model, "--prompt", "a", "--prompt", "b", "--seed", str(2**64 - 1)],
+                 f"--seed must be in 0..2**64-2 (request i gets SEED + i; 2 prompts), got {2**64 - 1}"),
+        "int64": (["--model", str(int64_checkpoint(tiny_checkpoint, tmp_path / "int64")), "--prompt", "a"],
+                  "weight dtype mismatch: model.embed_tokens.weight is stored as I64"),
+    }
+
+
+def test_odd_input_is_one_line_and_exit_2_before_the_weights_load(tiny_checkpoint, capsys, tmp_path,
+                                                                  monkeypatch):
+    from mini_deepinfer.models import loader
+
+    def no_weights(*_):
+        raise AssertionError("weights were read")
+
+    monkeypatch.setattr(loader, "copy_weights", no_weights)
+    for case, (args, message) in odd_inputs(tiny_checkpoint, tmp_path).items():
+        code, out, err = generate(capsys, *args, "--raw", "--output", str(tmp_path / "r.json"))
+        assert (code, out) == (2, ""), case
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1, (case, err)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_byte_order_mark_is_not_part_of_the_prompt(tiny_checkpoint, capsys, tmp_path):
+    prompts = {}
+    for name, data in (("plain", b"Hello\n"), ("bom", b"\xef\xbb\xbfHello\n")):
+        (tmp_path / name).write_bytes(data)
+        out_file = tmp_path / f"{name}.json"
+        args = base_args(tiny_checkpoint, "--prompt-file", str(tmp_path / name), "--raw", "--max-new-tokens",
+                         "1", "--output", str(out_file))
+        code, _, err = generate(capsys, *args)
+        assert code == 0, err
+        (request,) = json.loads(out_file.read_text(encoding="utf-8"))["requests"]
+        prompts[name] = (request["prompt"], request["prompt_token_ids"])
+    assert prompts["bom"] == prompts["plain"]
+
+
+def test_a_record_can_be_written_into_a_fifo_that_stays_a_fifo(tiny_checkpoint, capsys, tmp_path):
+    import threading
+
+    fifo = tmp_path / "record.fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")), daemon=True)
+    reader.start()
+    code, _, err = generate(capsys, *base_args(tiny_checkpoint, "--prompt", "a", "--raw", "--output",
+                                               str(fifo)))
+    reader.join(timeout=60)
+    assert code == 0, err
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert json.loads(received[0])["requests"][0]["prompt"] == "a"

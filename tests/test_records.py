@@ -379,3 +379,62 @@ def test_a_record_with_an_execution_entry_shows_it(tmp_path: Path, monkeypatch: 
     (tmp_path / "gpu-run.json").write_text(json.dumps(record), encoding="utf-8")
     block = gen_records.render_record(tmp_path / "gpu-run.json")
     assert '- `execution`: graphs=true, captured=true, rounds={"graph": 3, "eager": 1}' in block
+
+
+def _read_in_thread(path: Path) -> tuple[list[str], object]:
+    import threading
+
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(path.read_text(encoding="utf-8")), daemon=True)
+    reader.start()
+    return received, reader
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+def test_a_record_is_written_into_a_fifo_and_the_fifo_stays(tmp_path: Path) -> None:
+    fifo = tmp_path / "run.fifo"
+    os.mkfifo(fifo)
+    assert check_output_path(fifo) == fifo
+    received, reader = _read_in_thread(fifo)
+    write_record(fifo, {"schema": 1})
+    reader.join(timeout=10)
+    assert json.loads(received[0]) == {"schema": 1}
+    assert fifo.is_fifo(), "renaming over it would have made it a regular file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.fifo"], "no temporary file left"
+
+
+@pytest.mark.skipif(not Path("/dev/fd").is_dir(), reason="no /dev/fd")
+def test_a_record_is_written_into_dev_fd_n_as_a_shell_process_substitution_gives_it(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        target = Path(f"/dev/fd/{write_end}")
+        check_output_path(target)
+        write_record(target, {"schema": 1})
+        os.close(write_end)
+        write_end = -1
+        with os.fdopen(read_end, encoding="utf-8") as pipe:
+            read_end = -1
+            assert json.loads(pipe.read()) == {"schema": 1}
+    finally:
+        for fd in (read_end, write_end):
+            if fd >= 0:
+                os.close(fd)
+
+
+@pytest.mark.skipif(sys.platform == "win32" or os.geteuid() != 0, reason="making a device node needs root")
+def test_a_character_device_is_written_into_and_stays_a_device(tmp_path: Path) -> None:
+    import stat
+
+    device = tmp_path / "null"  # a node of its own with the null device's numbers, never /dev/null itself
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    write_record(device, {"schema": 1})
+    assert stat.S_ISCHR(device.stat().st_mode)
+
+
+def test_a_long_file_name_is_written_and_one_too_long_is_refused_before_the_run(tmp_path: Path) -> None:
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    fits = tmp_path / ("r" * (limit - len(".json")) + ".json")
+    write_record(fits, {"schema": 1})  # the temporary name beside it must fit as well
+    assert json.loads(fits.read_text(encoding="utf-8")) == {"schema": 1}
+    with pytest.raises(RecordError, match=f"file name is {limit + 1} bytes, the file system allows {limit}$"):
+        check_output_path(tmp_path / ("r" * (limit + 1)))

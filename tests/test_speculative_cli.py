@@ -66,11 +66,35 @@ def test_stream_cancel_stops_at_a_group_boundary_and_both_caches_return_every_sl
     assert f"[cancelled; {n} output tokens; free KV slots 128/128; draft free KV slots 128/128]" in out
 
 
-def test_draft_width_above_16_is_a_one_line_error_before_loading(capsys):
+@pytest.mark.parametrize("width", ["0", "17", "-1"])
+def test_draft_width_outside_1_to_16_says_the_range_help_gives_before_loading(capsys, width):
     code, out, err = generate(capsys, "--model", "x", "--draft-model", "y", "--speculative", "--prompt", "a",
-                              "--draft-width", "17")
+                              "--draft-width", width)
     assert code == 2 and not out
-    assert err == "error: --draft-width must be an integer in 0..16, got 17\n"
+    assert err == f"error: --draft-width must be an integer in 1..16, got {width}\n"
+    assert "1..16" in generate_help(capsys)
+
+
+def generate_help(capsys) -> str:
+    with pytest.raises(SystemExit):
+        generate(capsys, "--help")
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags", [["--speculative", "--draft-model", "y"], ["--temperature", "0.7"]])
+def test_graphs_where_no_round_could_run_as_a_graph_is_refused_and_help_says_so(capsys, flags):
+    code, out, err = generate(capsys, "--model", "x", "--prompt", "a", "--graphs", *flags)
+    assert code == 2 and not out and err.count("\n") == 1 and "drop --graphs" in err
+    assert "refused with --speculative or --temperature > 0" in " ".join(generate_help(capsys).split())
+
+
+def test_the_record_of_a_speculative_run_says_its_rounds_ran_eagerly(tiny_checkpoint, draft_checkpoint,
+                                                                      capsys, tmp_path):
+    out_file = tmp_path / "spec.json"
+    code, _, err = generate(capsys, *spec_args(tiny_checkpoint, draft_checkpoint), "--output", str(out_file))
+    assert code == 0, err
+    execution = json.loads(out_file.read_text(encoding="utf-8"))["execution"]
+    assert execution["graphs"] is False and execution["rounds"]["eager"] > 0
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -109,10 +133,57 @@ def test_demo_rejection_example_restores_the_draft_from_6_to_4_and_tops_up_to_5(
 
 
 @pytest.mark.parametrize(("width", "message"), [
-    ("0", "--width must be >= 1 with a draft model and 0 without one, got 0"),
-    ("17", "--width must be an integer in 0..16, got 17"),
+    ("0", "--width must be an integer in 1..16, got 0"),
+    ("17", "--width must be an integer in 1..16, got 17"),
 ])
 def test_demo_width_outside_1_to_16_is_a_one_line_error(capsys, width, message):
     assert model_draft_demo.main(["--width", width]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"error: {message}\n" and captured.out == ""
+
+
+def test_demo_output_runs_the_greedy_check_once(capsys, tmp_path, monkeypatch):
+    from mini_deepinfer.tools import checks
+
+    calls = []
+    real = checks.check_greedy
+    monkeypatch.setattr(checks, "check_greedy", lambda *a: calls.append(1) or real(*a))
+    out_file = tmp_path / "run.json"
+    assert model_draft_demo.main(["--output", str(out_file)]) == 0
+    assert "Greedy check: 12 tokens equal" in capsys.readouterr().out
+    assert len(calls) == 1
+    assert json.loads(out_file.read_text(encoding="utf-8"))["checks"]["check_greedy"]["passed"]
+
+
+def folder_digest(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_write_draft_never_writes_into_or_around_its_source(tiny_checkpoint, capsys, tmp_path):
+    source = tmp_path / "source"
+    shutil.copytree(tiny_checkpoint, source)
+    before = folder_digest(source)
+    for target, relation in ((source, "is"), (source / ".", "is"), (source / "draft", "is inside"),
+                             (tmp_path, "holds")):
+        code = model_draft_demo.main(["--write-draft", str(source), str(target), "--force"])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == "", target
+        assert f" {relation} TARGET_DIR " in captured.err and captured.err.count("\n") == 1, captured.err
+    assert folder_digest(source) == before
+
+
+def test_the_smallest_temperature_gives_the_greedy_tokens_on_both_paths(tiny_checkpoint, draft_checkpoint,
+                                                                          capsys, tmp_path):
+    """1e-5 is accepted and divides the logits as documented: the distribution is all but one-hot, so the
+    draw is the argmax, on the plain path and through speculative verification alike."""
+    outputs = {}
+    for name, extra in (("greedy", []), ("plain", ["--temperature", "1e-5", "--seed", "0"]),
+                        ("speculative", ["--temperature", "1e-5", "--seed", "0", "--speculative",
+                                         "--draft-model", draft_checkpoint])):
+        out_file = tmp_path / f"{name}.json"
+        code, _, err = generate(capsys, "--model", tiny_checkpoint, "--prompt", "The capital of France is",
+                                "--raw", "--max-new-tokens", "10", "--cache-capacity", "128", *extra,
+                                "--output", out_file)
+        assert code == 0, err
+        outputs[name] = json.loads(out_file.read_text(encoding="utf-8"))["requests"][0]["output_token_ids"]
+    assert outputs["plain"] == outputs["speculative"] == outputs["greedy"]

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from mini_deepinfer.models.presets import QWEN3_5_SHAPES
-from mini_deepinfer.runtime.device import device_info, dtype_name
 from mini_deepinfer.tools.cli import UsageError
 from mini_deepinfer.tools.records import check_output_path, package_source_sha, utc_now_iso
+
+if TYPE_CHECKING:  # torch loads once the flags are checked: a bad flag or a Ctrl-C never waits for it
+    import torch
 
 IN_CODE_PRESETS = ("tiny", "small", "qwen3.5-0.8b")
 """The ``models.presets`` shapes the in-process benchmarks build in code, with random weights."""
@@ -49,11 +48,17 @@ def check_common_options(args: argparse.Namespace, counts: dict[str, int | None]
     if args.output is not None:
         check_output_path(args.output)
     if args.threads is not None:
+        import torch
+
         torch.set_num_threads(args.threads)
 
 
 def provenance(benchmark: str, argv: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """The first keys of a report: which benchmark, the command, when, from what source, where, in what."""
+    import torch
+
+    from mini_deepinfer.runtime.device import device_info, dtype_name
+
     return {
         "schema": 1, "benchmark": benchmark,
         "command": ["python", "-m", f"mini_deepinfer.bench.{benchmark}", *argv], "date": utc_now_iso(),
@@ -64,6 +69,8 @@ def provenance(benchmark: str, argv: list[str], device: torch.device, dtype: tor
 
 def model_description(preset: str, model: torch.nn.Module) -> dict[str, Any]:
     """The report's ``config.model``: what was built, its parameter count and the preset's shape."""
+    from mini_deepinfer.models.presets import QWEN3_5_SHAPES
+
     return {"architecture": "Qwen3.5 (random weights, built in code)",
             "parameters": sum(p.numel() for p in model.parameters()), "vocab_size": model.config.vocab_size,
             **QWEN3_5_SHAPES[preset]}

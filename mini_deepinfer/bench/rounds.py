@@ -24,9 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from mini_deepinfer.bench.common import (
     add_common_options,
@@ -37,18 +35,18 @@ from mini_deepinfer.bench.common import (
     text_table,
     where,
 )
-from mini_deepinfer.core.batch import BatchEngine
 from mini_deepinfer.core.engine import EngineConfig
-from mini_deepinfer.core.plan import RoundPlan, RoundResult
 from mini_deepinfer.core.request import SamplingParams
-from mini_deepinfer.models import build_model
-from mini_deepinfer.models.layers import CausalLM
-from mini_deepinfer.models.presets import qwen3_5_config
-from mini_deepinfer.runtime.device import device_module, resolve_device, resolve_dtype, synchronize
-from mini_deepinfer.runtime.factory import build_engine, use_graphs
-from mini_deepinfer.runtime.model_runner import ModelRunner, RunnerLaunch
 from mini_deepinfer.tools.cli import OneLineParser, add_execution_options, execution_choice, run_command
 from mini_deepinfer.tools.records import write_record
+
+if TYPE_CHECKING:  # torch and the model load only once the flags are checked (``resolve_settings``)
+    import torch
+
+    from mini_deepinfer.core.batch import BatchEngine
+    from mini_deepinfer.core.plan import RoundPlan, RoundResult
+    from mini_deepinfer.models.layers import CausalLM
+    from mini_deepinfer.runtime.model_runner import ModelRunner, RunnerLaunch
 
 MODES: dict[str, bool] = {"synchronous": False, "cross_round": True}  # mode name -> EngineConfig.pipeline
 WARMUP_RUNS = 1  # per mode, before any measured run (first calls allocate and fill caches)
@@ -85,6 +83,8 @@ class Workload:
         return sum(self.prompt_lens) + self.num_requests * self.new_tokens
 
     def prompts(self, vocab_size: int) -> dict[str, list[int]]:
+        import torch
+
         generator = torch.Generator().manual_seed(self.seed)
         return {f"req-{i}": torch.randint(0, vocab_size, (n,), generator=generator).tolist()
                 for i, n in enumerate(self.prompt_lens)}
@@ -92,6 +92,9 @@ class Workload:
 
 def build_random_model(preset: str, dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
     """A Qwen3.5 of the preset's shape with random weights (it produces random tokens)."""
+    from mini_deepinfer.models import build_model
+    from mini_deepinfer.models.presets import qwen3_5_config
+
     return build_model(qwen3_5_config(preset, initializer_range=0.1), dtype, device, seed=seed)
 
 
@@ -106,6 +109,7 @@ class TimedRunner:
     """
 
     inner: ModelRunner
+    module: Any = None  # torch.cuda or torch.npu (``runtime.device.device_module``); None on cpu
     launch_s: float = 0.0
     read_wait_s: float = 0.0
     events: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # round id -> (start, end)
@@ -115,14 +119,14 @@ class TimedRunner:
 
     def start_clock(self) -> None:
         """Time zero of the run's timeline: on the host, and on the device (recorded while it is idle)."""
-        module = device_module(self.inner.device)
+        module = self.module
         self.origin_s = time.perf_counter()
         self.origin_event = module.Event(enable_timing=True) if module else None
         if self.origin_event is not None:
             self.origin_event.record()
 
     def launch(self, plan: RoundPlan) -> RunnerLaunch:
-        module = device_module(self.inner.device)
+        module = self.module
         pair = (module.Event(enable_timing=True), module.Event(enable_timing=True)) if module else None
         start = time.perf_counter()
         if pair is not None:
@@ -231,11 +235,15 @@ def make_engine(model: CausalLM, workload: Workload, pipeline: bool, graphs: boo
     Runs after the first reuse its runner: its cache, and the graphs it captured in the warm-up run, as a
     server keeps them; no measured round captures a graph.
     """
+    from mini_deepinfer.runtime.device import device_module
+    from mini_deepinfer.runtime.factory import build_engine
+
     n = workload.num_requests
     config = EngineConfig(kv_capacity=workload.kv_capacity, max_num_seqs=n,
                           max_batched_tokens=sum(workload.prompt_lens), pipeline=pipeline)
     engine = build_engine(model, config, graphs=graphs, runner=runner.inner if runner else None)
-    engine.runner = runner = runner or TimedRunner(engine.runner)  # the same runner, clocks around its calls
+    # the same runner, clocks around its calls
+    engine.runner = runner = runner or TimedRunner(engine.runner, device_module(engine.runner.device))
     runner.events.clear()
     return engine, runner
 
@@ -243,6 +251,8 @@ def make_engine(model: CausalLM, workload: Workload, pipeline: bool, graphs: boo
 def run_once(model: CausalLM, workload: Workload, prompts: dict[str, list[int]], mode: str,
              runner: TimedRunner | None, graphs: bool) -> RunResult:
     """Submit every request, step until all are finished and read, and time it."""
+    from mini_deepinfer.runtime.device import synchronize
+
     engine, runner = make_engine(model, workload, MODES[mode], graphs, runner)
     device = runner.inner.device
     params = SamplingParams(max_new_tokens=workload.new_tokens, ignore_eos=True)
@@ -395,6 +405,8 @@ class Settings:
 def build_report(argv: list[str], settings: Settings, model: CausalLM,
                  runs: dict[str, list[RunResult]]) -> dict[str, Any]:
     """The JSON document: provenance, configuration, per-mode results and checks (keys: REPORT_KEYS)."""
+    import torch
+
     workload = settings.workload
     config = {
         "preset": settings.preset,
@@ -481,10 +493,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_settings(argv: list[str]) -> Settings:
-    """Parse and check the options; raises a ValueError with one line for bad input."""
+    """Parse and check the options, then import torch and check the device; raises a ValueError with one line
+    for bad input."""
     a = build_parser().parse_args(argv)
     check_common_options(a, {"--repeats": a.repeats, "--requests": a.requests, "--new-tokens": a.new_tokens,
                              "--threads": a.threads})
+    from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
+    from mini_deepinfer.runtime.factory import use_graphs
+
     device = resolve_device(a.device)
     return Settings(device, resolve_dtype(a.dtype), a.preset, a.repeats, Workload(a.requests, a.new_tokens),
                     a.output, use_graphs(device, execution_choice(a)))

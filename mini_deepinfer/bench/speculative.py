@@ -34,22 +34,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from mini_deepinfer.bench import common
 from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
 from mini_deepinfer.core.request import SamplingParams
-from mini_deepinfer.models import build_model
-from mini_deepinfer.models.layers import CausalLM
-from mini_deepinfer.models.presets import qwen3_5_config
-from mini_deepinfer.runtime.device import resolve_device, resolve_dtype, synchronize
-from mini_deepinfer.runtime.factory import build_engine
-from mini_deepinfer.runtime.speculative.draft import ModelDraft
-from mini_deepinfer.tools.checkpoints import perturbed_copy
 from mini_deepinfer.tools.cli import OneLineParser, UsageError, positive_ints, run_command
 from mini_deepinfer.tools.records import write_record
+
+if TYPE_CHECKING:  # torch and the models load only once the flags are checked (``resolve_settings``)
+    import torch
+
+    from mini_deepinfer.models.layers import CausalLM
+    from mini_deepinfer.runtime.speculative.draft import ModelDraft
 
 DAMPING = 0.1
 NOISE = 0.1
@@ -72,6 +69,8 @@ class Workload:
     seed: int = 0
 
     def prompt(self, vocab_size: int) -> list[int]:
+        import torch
+
         generator = torch.Generator().manual_seed(self.seed)
         return torch.randint(0, vocab_size, (self.prompt_len,), generator=generator).tolist()
 
@@ -82,6 +81,11 @@ class Workload:
 
 def build_target(preset: str, dtype: torch.dtype, device: torch.device, seed: int) -> CausalLM:
     """A random Qwen3.5 of the preset's shape whose second half of layers is damped (see the module text)."""
+    import torch
+
+    from mini_deepinfer.models import build_model
+    from mini_deepinfer.models.presets import qwen3_5_config
+
     model = build_model(qwen3_5_config(preset), dtype, device, seed=seed)
     half = model.config.num_hidden_layers // 2
     with torch.no_grad():
@@ -95,6 +99,8 @@ def build_target(preset: str, dtype: torch.dtype, device: torch.device, seed: in
 # --8<-- [start:drafts]
 def shifted_head_copy(target: CausalLM) -> CausalLM:
     """A copy whose logit for token t is the target's logit for t - 1: its argmax is never the target's."""
+    import torch
+
     draft = copy.deepcopy(target)
     with torch.no_grad():
         draft.lm_head.weight = torch.nn.Parameter(torch.roll(target.lm_head.weight.detach(), 1, dims=0))
@@ -103,6 +109,8 @@ def shifted_head_copy(target: CausalLM) -> CausalLM:
 
 def half_depth_copy(target: CausalLM) -> CausalLM:
     """The target's embedding, its first half of layers, its final norm and head."""
+    from mini_deepinfer.models import build_model
+
     layers = target.config.num_hidden_layers // 2
     config = dataclasses.replace(target.config, num_hidden_layers=layers,
                                  layer_types=target.config.layer_types[:layers])
@@ -116,6 +124,8 @@ def half_depth_copy(target: CausalLM) -> CausalLM:
 
 
 def make_draft(kind: str, target: CausalLM) -> CausalLM:
+    from mini_deepinfer.tools.checkpoints import perturbed_copy
+
     if kind == "always":
         return copy.deepcopy(target)
     if kind == "sometimes":
@@ -142,6 +152,9 @@ class CaseRun:
 def run_case(target: CausalLM, draft: CausalLM | None, width: int, workload: Workload,
              prompt: list[int]) -> CaseRun:
     """Decode the request once (plainly when ``draft`` is None) and count what it cost."""
+    from mini_deepinfer.runtime.device import synchronize
+    from mini_deepinfer.runtime.factory import build_engine
+
     cap = workload.kv_capacity
     config = EngineConfig(kv_capacity=cap, spec_width=width)
     engine = build_engine(target, config, draft=draft, batching=False)
@@ -167,6 +180,8 @@ def run_case(target: CausalLM, draft: CausalLM | None, width: int, workload: Wor
 
 def _time_proposals(draft: ModelDraft) -> list[float]:
     """Wrap ``draft.propose`` so the time spent in it adds up in the returned one-element list."""
+    from mini_deepinfer.runtime.device import synchronize
+
     total = [0.0]
     propose = draft.propose
 
@@ -225,6 +240,8 @@ def case_result(case_runs: list[CaseRun], plain_ms: float, plain_forward_ms: flo
 
 def build_report(argv: list[str], settings: Settings, target: CausalLM,
                  runs: dict[str, list[CaseRun]]) -> dict[str, Any]:
+    import torch
+
     plain_ms = statistics.median(1e3 * r.wall_s for r in runs["plain"])
     plain_forward_ms = statistics.median(1e3 * r.wall_s / r.target_forwards for r in runs["plain"])
     reference = runs["plain"][0].outputs
@@ -326,6 +343,8 @@ def resolve_settings(argv: list[str]) -> Settings:
     common.check_common_options(a, counts)
     if max(a.widths) > MAX_SPEC_WIDTH:
         raise UsageError(f"every draft width must be in 1..{MAX_SPEC_WIDTH}, got {a.widths}")
+    from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
+
     return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, a.widths, a.repeats,
                     Workload(new_tokens=a.new_tokens), a.output)
 

@@ -10,8 +10,17 @@ checks of sampling parameters: sampling relies on them.
 from __future__ import annotations
 
 import enum
+import math
 import time
 from dataclasses import dataclass, field
+
+MIN_TEMPERATURE = 1e-5
+"""The smallest temperature other than 0. Much smaller ones turn the scaled logits into infinities, and one
+below float32's range (1e-320) becomes 0, so sampling would divide by zero. DeepInfer clamps a smaller
+temperature up to this floor (its ``SAMPLING_EPS``); here it is refused instead of silently changed."""
+
+MAX_SEED = 2**64 - 1
+"""The largest seed a torch generator takes."""
 
 
 class FinishReason(str, enum.Enum):
@@ -39,10 +48,12 @@ class SamplingParams:
         max_new_tokens: stop after committing this many tokens (0 finishes at submit).
         eos_token_ids: committing any of these stops the request (the token is kept in the output).
         ignore_eos: keep going past eos tokens (benchmarks use this for fixed-length runs).
-        temperature: 0.0 means greedy (argmax); otherwise logits are divided by it before sampling.
+        temperature: 0.0 means greedy (argmax); otherwise logits are divided by it before sampling
+            (at least ``MIN_TEMPERATURE``, finite).
         top_k: keep only the k most likely tokens (0 = off).
         top_p: keep the smallest set of tokens whose probability reaches top_p (1.0 = off).
-        seed: seed of this request's own random generator, so its samples do not depend on its neighbours.
+        seed: seed of this request's own random generator, so its samples do not depend on its neighbours
+            (0..``MAX_SEED``).
     """
 
     max_new_tokens: int = 16
@@ -56,12 +67,15 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be an integer >= 0, got {self.max_new_tokens!r}")
-        if not self.temperature >= 0:  # written so that NaN fails too
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature < math.inf):  # NaN fails too
+            raise ValueError(f"temperature must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}, "
+                             f"got {self.temperature}")
         if not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed <= MAX_SEED):
+            raise ValueError(f"seed must be an integer in 0..2**64-1, got {self.seed!r}")
         object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
 
     @property

@@ -32,13 +32,35 @@ def _rope_settings(d: dict[str, Any], default_partial: float) -> tuple[float, fl
 
     ``rope_parameters`` (current) wins over ``rope_scaling`` (legacy), which wins over top-level keys.
     """
-    params = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    key = "rope_parameters" if d.get("rope_parameters") else "rope_scaling"
+    params = _object(key, d.get(key) or {})
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type != "default":
         raise ValueError(f"unsupported rope_type {rope_type!r}; only 'default' is implemented")
     theta = params.get("rope_theta", d.get("rope_theta", 10000.0))
     partial = params.get("partial_rotary_factor", d.get("partial_rotary_factor", default_partial))
-    return float(theta), float(partial)
+    return _number("rope_theta", theta), _number("partial_rotary_factor", partial)
+
+
+def _object(name: str, value: Any) -> dict[str, Any]:
+    """A nested ``config.json`` entry that must be an object (``rope_parameters``, ``text_config``)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be an object, got {value!r}")
+    return value
+
+
+def _number(name: str, value: Any) -> float:
+    """A number read before the dataclass checks its fields (so the message names the field)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    """An integer >= 1 read before the dataclass checks its fields (a layer count, an interval)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
 
 
 def _layer_kinds(layer_types: tuple[str, ...], kind: str) -> list[int]:
@@ -127,7 +149,7 @@ class Qwen35Config:
         In the multimodal layout a top-level ``tie_word_embeddings`` wins over the nested one, as it does for
         the architecture the file names; a missing value falls back to the nested one, then to False.
         """
-        text = dict(d.get("text_config") or d)
+        text = dict(_object("text_config", d.get("text_config") or d))
         architectures = d.get("architectures") or []
         default_arch = "Qwen3_5ForConditionalGeneration" if "text_config" in d else "Qwen3_5ForCausalLM"
         if "text_config" in d and "tie_word_embeddings" in d:
@@ -135,8 +157,11 @@ class Qwen35Config:
         theta, partial = _rope_settings(text, default_partial=0.25)
         layer_types = text.get("layer_types")
         if layer_types is None:
-            interval = int(text.get("full_attention_interval", 4))
-            layer_types = _interval_layer_types(int(text.get("num_hidden_layers", 32)), interval)
+            interval = _positive_int("full_attention_interval", text.get("full_attention_interval", 4))
+            layers = _positive_int("num_hidden_layers", text.get("num_hidden_layers", 32))
+            layer_types = _interval_layer_types(layers, interval)
+        elif not isinstance(layer_types, list):
+            raise ValueError(f"layer_types must be a list, got {layer_types!r}")
         eos = text.get("eos_token_id", d.get("eos_token_id"))
         values = _known_fields(cls, text)
         values.update(

@@ -4,8 +4,9 @@ Scope: reading ``config.json``; finding the weights (one ``model.safetensors``, 
 ``model.safetensors.index.json``, or several ``*.safetensors`` files without an index); mapping checkpoint
 tensor names to our parameter names (the released Qwen3.5 files keep the text model under
 ``model.language_model.`` beside a vision tower ``model.visual.`` and a multi-token-prediction head
-``mtp.``, both ignored); checking that every parameter is present with the shape ``config.json`` implies,
-before any weight is read; and copying tensors one at a time into the model on the target device and dtype.
+``mtp.``, both ignored); checking that every parameter is present with the shape ``config.json`` implies
+and a floating-point dtype, before any weight is read; and copying tensors one at a time into the model on the
+target device and dtype.
 Also ``read_generation_config`` for the stop ids.
 
 Non-scope: downloading anything (a folder must already be on disk), quantised or ``.bin`` (pickle)
@@ -81,6 +82,14 @@ class UnexpectedTensorError(CheckpointError):
 
 class ShapeMismatchError(CheckpointError):
     """A tensor's shape differs from the shape ``config.json`` implies."""
+
+
+class DtypeMismatchError(CheckpointError):
+    """A tensor is stored in a dtype that is not floating point (an integer or boolean weight)."""
+
+
+FLOAT_STORAGE = ("F64", "F32", "F16", "BF16")
+"""The safetensors dtypes a weight may be stored in (``copy_`` converts each to the model's dtype)."""
 
 
 @dataclass
@@ -225,8 +234,12 @@ def index_tensors(files: Iterable[Path]) -> dict[str, TensorSource]:
                 for name in handle.keys():
                     ours = parameter_name(name)
                     if ours is not None:
-                        shape = tuple(handle.get_slice(name).get_shape())
-                        sources[ours] = TensorSource(file, name, shape)
+                        stored = handle.get_slice(name)
+                        if stored.get_dtype() not in FLOAT_STORAGE:
+                            raise DtypeMismatchError(f"weight dtype mismatch: {ours} is stored as "
+                                                     f"{stored.get_dtype()} in {file.name}, a floating-point "
+                                                     f"dtype ({', '.join(FLOAT_STORAGE)}) is expected")
+                        sources[ours] = TensorSource(file, name, tuple(stored.get_shape()))
         except (SafetensorError, OSError) as exc:
             raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
     return sources

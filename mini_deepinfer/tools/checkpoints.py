@@ -45,6 +45,11 @@ from mini_deepinfer.models.loader import (
 )
 from mini_deepinfer.models.presets import QWEN2_SHAPES, QWEN3_5_SHAPES, QWEN3_5_VOCAB
 from mini_deepinfer.runtime.device import dtype_name
+from mini_deepinfer.tools.checkpoint_options import (
+    CHECKPOINT_DTYPE_NAMES,
+    CHECKPOINT_PRESETS,
+    DEFAULT_MAX_SHARD_SIZE,
+)
 from mini_deepinfer.tools.files import staged_folder
 from mini_deepinfer.tools.tokenizer_files import (
     QWEN3_5_CHAT_TEMPLATE,
@@ -54,8 +59,7 @@ from mini_deepinfer.tools.tokenizer_files import (
     cached_tokenizer,
 )
 
-DEFAULT_MAX_SHARD_SIZE = 2 * 10**9
-CHECKPOINT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+CHECKPOINT_DTYPES = {name: getattr(torch, name) for name in CHECKPOINT_DTYPE_NAMES}
 
 # ---------------------------------------------------------------------------------------------------------
 # Presets: config.json, tokenizer_config.json and generation_config.json of each model.
@@ -227,10 +231,6 @@ def preset(name: str) -> Preset:
     if name == "qwen2-1.5b":
         return qwen2_r1_distill_preset()
     raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(CHECKPOINT_PRESETS)}")
-
-
-CHECKPOINT_PRESETS = ("tiny", "qwen3.5-0.8b", "qwen3.5-2b", "qwen2-1.5b")
-"""The presets a checkpoint can be written for (``small`` exists only as a model built in code)."""
 
 
 # ---------------------------------------------------------------------------------------------------------

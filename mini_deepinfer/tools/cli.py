@@ -85,13 +85,14 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
-def add_execution_options(parser: argparse.ArgumentParser) -> None:
+def add_execution_options(parser: argparse.ArgumentParser, graphs_note: str = "") -> None:
     """``--graphs`` / ``--eager``: decode rounds on captured graphs, or never (neither: the device's default,
-    ``runtime.factory.use_graphs``)."""
+    ``runtime.factory.use_graphs``). ``graphs_note`` ends the help of ``--graphs`` with what the command does
+    when it meets flags under which no round can run as a graph."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--graphs", action="store_true",
                        help="run greedy decode rounds as captured graphs (cuda, npu; on cpu the same static "
-                            "buffers, without capture); speculative rounds stay eager")
+                            "buffers, without capture); other rounds run eagerly" + graphs_note)
     group.add_argument("--eager", action="store_true", help="never run rounds as graphs")
 
 

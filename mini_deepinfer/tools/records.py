@@ -1,7 +1,8 @@
 """Run records: the JSON file ``--output FILE`` writes, so a run can be checked and shown later.
 
 Scope: the record's shape (:class:`RunRecord`, :data:`RECORD_KEYS`), its provenance (source SHA, package
-version, start time), checking the output path before a run starts, and writing the file atomically.
+version, start time), checking the output path before a run starts, and writing the file atomically (or
+into it, when the path is a FIFO or a device).
 
 Non-scope: measuring anything (the runner, the engine and the commands fill the record), describing the
 device (``runtime.device.device_info``), rendering records on the site (``site_scripts/``). This module
@@ -24,6 +25,7 @@ import enum
 import json
 import os
 import re
+import stat
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -142,22 +144,66 @@ def package_version() -> str | None:
         return None
 
 
+def _is_special(path: Path) -> bool:
+    """True for an existing path that is neither a regular file nor a folder: a FIFO, a pipe behind
+    ``/dev/fd/N``, a character device. A record is written into such a thing, never renamed over it."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _check_name_length(target: Path, folder: Path) -> None:
+    """The file name must fit the file system's limit (``NAME_MAX``, usually 255 bytes)."""
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    size = len(os.fsencode(target.name))
+    if size > limit:
+        raise RecordError(f"cannot write run record: file name is {size} bytes, the file system allows "
+                          f"{limit}")
+
+
+def _check_can_create(folder: Path) -> None:
+    """Create and remove a temporary file in ``folder``: the surest test that the write will work later."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".record-", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise RecordError(f"cannot write run record in folder '{folder}': {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(name)
+
+
 def check_output_path(path: str | os.PathLike[str]) -> Path:
     """Check, before a run starts, that a record can be written to ``path``.
 
+    A regular file (new or existing) is written atomically later, so its folder must let a file be created
+    there and its name must fit the file system. An existing FIFO or character device is written into as it
+    is, so it must be writable.
+
     Raises:
-        RecordError: the path is a folder, or its folder is missing, not a folder or not writable.
+        RecordError: the path is a folder, or its folder is missing, not a folder or not writable, or the
+            name is too long, or a FIFO or device that cannot be written.
     """
     target = Path(path)
-    folder = target.parent
+    if target.parent.is_dir():
+        _check_name_length(target, target.parent)  # before any look at the file: stat fails on such a name
+    if _is_special(target):
+        if not os.access(target, os.W_OK):
+            raise RecordError(f"cannot write run record: '{target}' is not writable")
+        return target
     if target.is_dir():
         raise RecordError(f"cannot write run record: '{target}' is a folder")
-    if not folder.exists():
-        raise RecordError(f"cannot write run record: folder '{folder}' does not exist")
-    if not folder.is_dir():
-        raise RecordError(f"cannot write run record: '{folder}' is not a folder")
+    if not target.parent.exists():
+        raise RecordError(f"cannot write run record: folder '{target.parent}' does not exist")
+    if not target.parent.is_dir():
+        raise RecordError(f"cannot write run record: '{target.parent}' is not a folder")
+    folder = Path(os.path.realpath(target)).parent  # where the file really goes (a link is followed)
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise RecordError(f"cannot write run record: folder '{folder}' is not writable")
+        raise RecordError(f"cannot write run record: folder '{target.parent}' is not writable")
+    _check_can_create(folder)
     return target
 
 
@@ -182,7 +228,9 @@ def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
     """Write ``record`` as JSON, atomically: the file is either the old one or the complete new one.
 
     The text is encoded first, written to a temporary file in the same folder, flushed to disk and
-    renamed over ``path``; on any error the temporary file is removed.
+    renamed over ``path`` (over the file a symbolic link points to, so the link stays); on any error the
+    temporary file is removed. A FIFO or character device at ``path`` is written into instead: renaming
+    over it would replace it with a regular file.
 
     Raises:
         RecordError: the record holds a value JSON cannot encode, or the path is unusable.
@@ -190,7 +238,12 @@ def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
     """
     target = check_output_path(path)
     text = _encode(record)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    if _is_special(target):
+        with open(target, "w", encoding="utf-8") as file:
+            file.write(text)
+        return
+    target = Path(os.path.realpath(target))
+    fd, temp_name = tempfile.mkstemp(prefix=".record-", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as file:
             file.write(text)
