@@ -25,9 +25,6 @@ from mini_deepinfer.models.forward_batch import ForwardBatch, ForwardContext, Ro
 from mini_deepinfer.models.kernels.cpu import Linear, linear
 from mini_deepinfer.models.kernels.norm import rms_norm, rms_scale
 
-__all__ = ["CausalLM", "Folded", "Linear", "Merged", "RMSNorm", "SwiGLUMLP", "ZeroCenteredRMSNorm",
-           "apply_rotary", "attention", "paged_attention"]
-
 
 class Folded:
     """A tensor computed from some weights once, and again only after one of them changed.
