@@ -35,7 +35,7 @@ def model():
 def run(model, graphs: bool, pipeline: bool, stagger: bool):
     config = EngineConfig(kv_capacity=160, max_num_seqs=3, max_batched_tokens=8, chunked_prefill=True,
                           pipeline=pipeline)
-    engine = build_engine(model, config, graphs=graphs)
+    engine = build_engine(model, config, use_graphs=graphs)
     queue = list(PROMPTS.items())
     while queue or engine.has_unfinished():
         arriving, queue = (queue[:1], queue[1:]) if stagger else (queue, [])
@@ -63,7 +63,7 @@ def test_padding_rows_touch_only_dummy_slots_and_real_slots_match_an_eager_round
     engines = {}
     for graphs in (False, True):
         engine = build_engine(model, EngineConfig(kv_capacity=64, max_num_seqs=4, max_batched_tokens=64),
-                              graphs=graphs)
+                              use_graphs=graphs)
         for rid in ("a", "b", "c"):  # three rows: the bucket of four pads one
             engine.submit(rid, PROMPTS[rid], SamplingParams(max_new_tokens=4))
         engine.step()  # the prefill round, eager in both
@@ -93,7 +93,7 @@ def tensors(cache):
 
 def test_sampled_rows_and_prefill_rounds_run_eagerly(model):
     engine = build_engine(model, EngineConfig(kv_capacity=64, max_num_seqs=2, max_batched_tokens=64),
-                          graphs=True)
+                          use_graphs=True)
     engine.submit("s", PROMPTS["b"], SamplingParams(max_new_tokens=5, temperature=0.7, seed=3))
     engine.run()
     assert engine.runner.rounds_by_mode == {"graph": 0, "eager": 5}

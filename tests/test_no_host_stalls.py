@@ -122,7 +122,7 @@ PROMPTS = {"a": list(range(3, 20)), "b": [7, 8, 9], "c": list(range(40, 46))}
 def test_decode_and_mixed_rounds_never_read_device_data_and_upload_once(model, monkeypatch, graphs):
     config = EngineConfig(kv_capacity=96, max_num_seqs=3, max_batched_tokens=8, chunked_prefill=True,
                           pipeline=True)
-    engine = build_engine(model, config, graphs=graphs)
+    engine = build_engine(model, config, use_graphs=graphs)
     params = {"a": SamplingParams(max_new_tokens=6), "b": SamplingParams(max_new_tokens=9),
               "c": SamplingParams(max_new_tokens=5, temperature=0.8, top_p=0.9, seed=1)}
     with watched_launches(engine, monkeypatch) as uploads:
