@@ -414,6 +414,18 @@ def execution_info(engine: Engine) -> dict:
             "rounds": dict(engine.runner.rounds_by_mode)}
 
 
+def check_output(options: Options) -> None:
+    """The record can be written, and writing it replaces no file of a checkpoint the run reads."""
+    from mini_deepinfer.tools.records import check_output_path
+
+    check_output_path(options.output)
+    output = Path(os.path.realpath(options.output))
+    for flag, folder in (("--model", options.model), ("--draft-model", options.draft_model)):
+        if folder is not None and output.is_file() and Path(os.path.realpath(folder)) in output.parents:
+            raise UsageError(f"--output {options.output} is a file of the checkpoint {flag} {folder}; "
+                             "writing the record there would replace it")
+
+
 def check_memory(options: Options, graphs: bool) -> None:
     """Refuse a cache larger than the device's memory in one line, before it is allocated (``config.json``
     is read again by the loader; it is small)."""
@@ -448,9 +460,7 @@ def run(argv: list[str]) -> int:
     (``new_request``) before any round runs. A run that fails writes no record, so an old one stays."""
     options = resolve_options(argv)
     if options.output:
-        from mini_deepinfer.tools.records import check_output_path
-
-        check_output_path(options.output)
+        check_output(options)
     text = load_text_layer(options)
     rids = [f"req-{i}" for i in range(len(options.prompts))]
     params = [options.sampling_params(text.eos_ids, i) for i in range(len(rids))]

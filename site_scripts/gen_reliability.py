@@ -194,6 +194,8 @@ def bad_inputs_table() -> str:
 KINDS: tuple[tuple[str, str, str], ...] = (
     ("Data lost", "a failed run (exit 2) keeps an existing `--output` file as it was",
      "tests/test_generate_cli.py::test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_request"),
+    ("Data lost", "`--output` onto a file of the checkpoint being read is refused before the run",
+     "tests/test_generate_cli.py::test_an_output_onto_a_file_of_the_checkpoint_is_refused"),
     ("Data lost", "`--write-draft` refuses a draft folder that is, is inside or holds its source",
      "tests/test_speculative_cli.py::test_write_draft_never_writes_into_or_around_its_source"),
     ("Silent garbage", "a temperature below 1e-5 or not finite is refused on the plain and speculative paths",

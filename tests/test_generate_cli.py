@@ -275,3 +275,13 @@ def test_a_record_can_be_written_into_a_fifo_that_stays_a_fifo(tiny_checkpoint, 
     assert code == 0, err
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert json.loads(received[0])["requests"][0]["prompt"] == "a"
+
+
+def test_an_output_onto_a_file_of_the_checkpoint_is_refused(tiny_checkpoint, capsys, tmp_path):
+    checkpoint = tmp_path / "tiny"
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    config = (checkpoint / "config.json").read_bytes()
+    code, out, err = generate(capsys, "--model", str(checkpoint), "--prompt", "a", "--output",
+                              str(checkpoint / "config.json"))
+    assert (code, out) == (2, "") and "is a file of the checkpoint --model" in err and err.count("\n") == 1
+    assert (checkpoint / "config.json").read_bytes() == config

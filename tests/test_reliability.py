@@ -133,6 +133,7 @@ def test_settings_that_would_never_apply_or_give_garbage_are_refused(tiny_checkp
 
 def test_a_cache_larger_than_memory_is_refused_before_it_is_allocated(tiny_checkpoint, capsys, monkeypatch):
     from mini_deepinfer import pipeline_demo
+    from mini_deepinfer.bench import rounds, speculative
     from mini_deepinfer.generate import main as generate_main
     from mini_deepinfer.models import cache
 
@@ -146,7 +147,9 @@ def test_a_cache_larger_than_memory_is_refused_before_it_is_allocated(tiny_check
              (generate_main, [*model, "--max-num-seqs", "1000000000", "--speculative", "--draft-model",
                               str(tiny_checkpoint)], "KV 1.0 MiB, state 30.7 TiB"),
              (pipeline_demo.main, ["--kv-slots", "1000000000000"], "KV 465.7 TiB"),
-             (pipeline_demo.main, ["--max-num-seqs", "1000000000"], "state 15.4 TiB")]
+             (pipeline_demo.main, ["--max-num-seqs", "1000000000"], "state 15.4 TiB"),
+             (rounds.main, ["--preset", "tiny", "--new-tokens", "100000000000"], "KV 186.3 TiB"),
+             (speculative.main, ["--preset", "tiny", "--new-tokens", "100000000000"], "KV 93.1 TiB")]
     for command, argv, needle in cases:
         assert command(argv) == 2
         captured = capsys.readouterr()

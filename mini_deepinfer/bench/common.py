@@ -53,6 +53,20 @@ def check_common_options(args: argparse.Namespace, counts: dict[str, int | None]
         torch.set_num_threads(args.threads)
 
 
+def check_cache_memory(preset: str, kv_capacity: int, state_capacity: int, caches: int, dtype: torch.dtype,
+                       device: torch.device, what: str) -> None:
+    """Refuse, in one line and before the model is built, a workload whose caches (``caches`` of the preset's
+    size at once) need more memory than the device has (``tools.memory``)."""
+    from mini_deepinfer.models.presets import qwen3_5_config
+    from mini_deepinfer.tools.memory import cache_bytes, check_cache_fits, device_memory
+
+    one = cache_bytes(qwen3_5_config(preset), kv_capacity, state_capacity, dtype.itemsize, dummy_slots=True)
+    try:
+        check_cache_fits({key: caches * value for key, value in one.items()}, device_memory(device), what)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def provenance(benchmark: str, argv: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """The first keys of a report: which benchmark, the command, when, from what source, where, in what."""
     import torch

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from mini_deepinfer.bench.common import (
     add_common_options,
+    check_cache_memory,
     check_common_options,
     load_suffix,
     model_description,
@@ -501,8 +502,11 @@ def resolve_settings(argv: list[str]) -> Settings:
     from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
     from mini_deepinfer.runtime.factory import use_graphs
 
-    device = resolve_device(a.device)
-    return Settings(device, resolve_dtype(a.dtype), a.preset, a.repeats, Workload(a.requests, a.new_tokens),
+    device, dtype = resolve_device(a.device), resolve_dtype(a.dtype)
+    n = a.requests  # prompts of 16, 24, 32, ... tokens (``Workload.prompt_lens``), summed without the list
+    check_cache_memory(a.preset, 16 * n + 4 * n * (n - 1) + n * a.new_tokens, n, 1, dtype, device,
+                       f"--requests {n} and --new-tokens {a.new_tokens}")
+    return Settings(device, dtype, a.preset, a.repeats, Workload(a.requests, a.new_tokens),
                     a.output, use_graphs(device, execution_choice(a)))
 
 

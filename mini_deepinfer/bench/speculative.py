@@ -345,8 +345,12 @@ def resolve_settings(argv: list[str]) -> Settings:
         raise UsageError(f"every draft width must be in 1..{MAX_SPEC_WIDTH}, got {a.widths}")
     from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
 
-    return Settings(resolve_device(a.device), resolve_dtype(a.dtype), a.preset, a.widths, a.repeats,
-                    Workload(new_tokens=a.new_tokens), a.output)
+    device, dtype = resolve_device(a.device), resolve_dtype(a.dtype)
+    workload = Workload(new_tokens=a.new_tokens)
+    # a case holds the target's cache and one draft's, at most as large
+    common.check_cache_memory(a.preset, workload.kv_capacity, 1, 2, dtype, device,
+                              f"--new-tokens {a.new_tokens} and the prompt of {workload.prompt_len} tokens")
+    return Settings(device, dtype, a.preset, a.widths, a.repeats, workload, a.output)
 
 
 def run(argv: list[str]) -> int:
