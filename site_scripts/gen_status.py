@@ -77,8 +77,11 @@ def _random_weights(data: dict, filled: dict[str, str]) -> bool:
     return "random" in (filled.get("model.weights") or data.get("model", {}).get("weights") or "")
 
 
-def _run(path: Path, kind: str, filled: dict[str, str]) -> Run:
+def _run(path: Path, kind: str, filled: dict[str, str]) -> Run | None:
+    """The file as a run; None for a JSON file that is no report or record (a manifest, say)."""
     data = read_json(path)
+    if not isinstance(data, dict) or not {"device", "source_sha"} <= set(data):
+        return None
     device = data["device"]
     return Run(path.name, kind, device["type"], device.get("name") or device["type"],
                data["source_sha"]["sha"][:7], _mode(data, filled), _random_weights(data, filled))
@@ -93,9 +96,8 @@ def runs() -> list[Run]:
             found.append(_run(path, "record", filled.get(path.name, {})))
     for path in sorted(BENCH.rglob("*.json")):
         if path.name != "provenance.json":
-            filled = _provenance(path.parent, "reports").get(path.name, {})
-            found.append(_run(path, "bench", filled))
-    return found
+            found.append(_run(path, "bench", _provenance(path.parent, "reports").get(path.name, {})))
+    return [run for run in found if run is not None]
 
 
 def _count(items: Iterable[Run], lang: str) -> str:
