@@ -61,8 +61,8 @@ def build_parser() -> OneLineParser:
                    help=f"KV slots (token positions, all requests together; default {DEFAULT_CAPACITY})")
     p.add_argument("--temperature", type=float, default=0.0,
                    help=f"0 = greedy (default); otherwise a finite number >= {MIN_TEMPERATURE:g}")
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold (1 = off)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens, k >= 0 (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold in (0, 1] (1 = off)")
     p.add_argument("--seed", type=int,
                    help="seed of request i is SEED + i, each in 0..2**64-1 (random if omitted)")
     p.add_argument("--max-num-seqs", type=int, default=8, help="requests running at once (default 8)")

@@ -285,3 +285,10 @@ def test_an_output_onto_a_file_of_the_checkpoint_is_refused(tiny_checkpoint, cap
                               str(checkpoint / "config.json"))
     assert (code, out) == (2, "") and "is a file of the checkpoint --model" in err and err.count("\n") == 1
     assert (checkpoint / "config.json").read_bytes() == config
+
+
+def test_options_are_made_by_keyword_only():
+    from mini_deepinfer.generate import Options
+
+    with pytest.raises(TypeError):
+        Options("weights/tiny", "cpu")  # type: ignore[misc]
