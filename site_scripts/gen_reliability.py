@@ -196,6 +196,8 @@ KINDS: tuple[tuple[str, str, str], ...] = (
      "tests/test_generate_cli.py::test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_request"),
     ("Data lost", "`--output` onto a file of the checkpoint being read is refused before the run",
      "tests/test_generate_cli.py::test_an_output_onto_a_file_of_the_checkpoint_is_refused"),
+    ("Data lost", "`--force` never replaces the folder the command runs in, or one that holds it",
+     "tests/test_random_checkpoint.py::test_force_never_replaces_the_folder_it_runs_in_or_one_that_holds_it"),
     ("Data lost", "`--write-draft` refuses a draft folder that is, is inside or holds its source",
      "tests/test_speculative_cli.py::test_write_draft_never_writes_into_or_around_its_source"),
     ("Silent garbage", "a temperature below 1e-5 or not finite is refused on the plain and speculative paths",

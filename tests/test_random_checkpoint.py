@@ -253,3 +253,16 @@ def test_qwen3_5_0_8b_preset_writes_and_loads(tmp_path) -> None:
     logits = our_logits(loaded.model, PROMPT[:4], torch.bfloat16)
     assert logits.shape == (4, 248320) and torch.isfinite(logits).all()
     shutil.rmtree(summary.path)  # 1.5 GB; pytest keeps the temporary folders of recent runs
+
+
+def test_force_never_replaces_the_folder_it_runs_in_or_one_that_holds_it(tmp_path, capsys,
+                                                                          monkeypatch) -> None:
+    work = tmp_path / "project" / "src"
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text("mine\n", encoding="utf-8")
+    monkeypatch.chdir(work)
+    for output in (".", str(tmp_path / "project")):
+        assert main(["--preset", "tiny", output, "--force"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "is or holds the current folder" in err, err
+    assert (work / "notes.txt").read_text(encoding="utf-8") == "mine\n"

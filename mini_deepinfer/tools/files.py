@@ -31,11 +31,15 @@ def default_file_mode() -> int:
 
 
 def _check_destination(output: Path, force: bool) -> None:
-    """Refuse to overwrite a file, or a non-empty folder unless ``force``."""
+    """Refuse to overwrite a file, or a non-empty folder unless ``force``, or ever the folder the process runs
+    in or one that holds it (``--force .`` would delete the work around it)."""
     if output.exists() and not output.is_dir():
         raise FileExistsError(f"output path exists and is not a folder: {output}")
     if output.is_dir() and any(output.iterdir()) and not force:
         raise FileExistsError(f"output folder is not empty: {output} (pass --force to replace it)")
+    here, target = Path(os.path.realpath(Path.cwd())), Path(os.path.realpath(output))
+    if output.is_dir() and (target == here or target in here.parents):
+        raise FileExistsError(f"output folder {output} is or holds the current folder; it is never replaced")
 
 
 def _move_into_place(staging: Path, output: Path) -> None:
