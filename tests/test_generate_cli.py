@@ -138,16 +138,19 @@ def test_version_flag_prints_the_package_version(capsys):
     assert capsys.readouterr().out.startswith("mini-deepinfer 0.")
 
 
+@pytest.mark.parametrize("mode", [[], ["--pipeline"]], ids=["sync", "cross-round"])
 def test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_request(tiny_checkpoint, capsys,
-                                                                                tmp_path):
-    """A checkpoint whose embedding is NaN used to print ``!!!!`` and exit 0: no token is sampled from NaN."""
+                                                                                tmp_path, mode):
+    """A checkpoint whose embedding is NaN used to print ``!!!!`` and exit 0: no token is sampled from NaN.
+    Cross-round, round 2 is launched before round 1's flag is read and must not feed the flag back as a token
+    (it once ended in the embedding's ``IndexError``)."""
     broken = tmp_path / "nan"
     shutil.copytree(tiny_checkpoint, broken)
     nan_embedding(broken)  # the broken checkpoint of the reliability table's NaN row
     out_file = tmp_path / "run.json"
     out_file.write_text("the record of an earlier run\n", encoding="utf-8")
     code, out, err = generate(capsys, *base_args(broken, "--prompt", "a", "--prompt", "b", "--raw",
-                                                 "--output", str(out_file)))
+                                                 "--output", str(out_file), *mode))
     assert code == 2 and err == "error: NonFiniteLogitsError: round 1: non-finite logits (NaN or inf) for " \
                                 "req-0, req-1\n"
     assert out.count("[error; 0 output tokens; free KV slots 128/128]") == 2, "the slots came back"
