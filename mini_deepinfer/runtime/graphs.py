@@ -1,9 +1,9 @@
 """Decode rounds on static buffers, captured as device graphs: one replay queues the whole step.
 
 Scope: ``DecodeGraphs``. A decode round is padded to a fixed shape, a *bucket* (``rows`` sequences,
-``context`` keys each: powers of two, up to the cache's state and KV capacities), and laid out by
-``stage_round`` in that bucket's static device buffer with one non-blocking copy from pinned memory. Before
-any request runs, ``capture_all`` records every bucket's whole step (tokens still in flight gathered from the
+``context`` keys each: powers of two below the cache's state and KV capacities, then each capacity itself),
+and laid out by ``stage_round`` in that bucket's static device buffer with one non-blocking copy from pinned
+memory. Before any request runs, ``capture_all`` records every bucket's whole step (tokens still in flight gathered from the
 previous round's sampled tokens, the model forward, greedy sampling, the non-finite flag) into a graph, as
 DeepInfer, SGLang and vLLM do at start-up: ``torch.cuda.CUDAGraph`` on CUDA, ``torch.npu.NPUGraph`` through
 torch_npu on an Ascend NPU (written against its documented API; not run here). A round then only copies its
