@@ -3,13 +3,13 @@
 Scope: ``DecodeGraphs``. A decode round is padded to a fixed shape, a *bucket* (``rows`` sequences,
 ``context`` keys each: powers of two below the cache's state and KV capacities, then each capacity itself),
 and laid out by ``stage_round`` in that bucket's static device buffer with one non-blocking copy from pinned
-memory. Before any request runs, ``capture_all`` records every bucket's whole step (tokens still in flight gathered from the
-previous round's sampled tokens, the model forward, greedy sampling, the non-finite flag) into a graph, as
-DeepInfer, SGLang and vLLM do at start-up: ``torch.cuda.CUDAGraph`` on CUDA, ``torch.npu.NPUGraph`` through
-torch_npu on an Ascend NPU (written against its documented API; not run here). A round then only copies its
-inputs into its bucket and replays: no capture and no blocking copy once requests run. Padding rows and
-padding keys point at the cache's reserved dummy KV slot and dummy state slot, which no request holds, so
-what they compute is never read. All buckets share one memory pool, captured largest first.
+memory. Before any request runs, ``capture_all`` records every bucket's whole step (tokens still in flight
+gathered from the previous round's sampled tokens, the model forward, greedy sampling, the non-finite flag)
+into a graph, as DeepInfer, SGLang and vLLM do at start-up: ``torch.cuda.CUDAGraph`` on CUDA,
+``torch.npu.NPUGraph`` through torch_npu on an Ascend NPU (written against its documented API; not run here).
+A round then only copies its inputs into its bucket and replays: no capture and no blocking copy once requests
+run. Padding rows and padding keys point at the cache's reserved dummy KV slot and dummy state slot, which no
+request holds, so what they compute is never read. All buckets share one memory pool, captured largest first.
 
 On CPU there is nothing to capture: the same static-buffer step runs eagerly, so a CPU test checks the layout,
 the padding and the in-flight gather of the graph path against eager execution.
