@@ -125,9 +125,6 @@ class ForwardBatch:
         if self.in_flight_rows is None:
             return self
         gathered = previous.index_select(0, self.in_flight_rows.clamp(min=0))
-        # a row flagged non-finite holds -1, no token id: feed 0 instead. The round that flagged it fails when
-        # the host reads it, before anything this round computes is committed.
-        gathered = gathered.clamp(min=0)
         ids = torch.where(self.in_flight_rows >= 0, gathered, self.input_ids)
         return replace(self, input_ids=ids)
     # --8<-- [end:with_in_flight]

@@ -178,7 +178,10 @@ class ModelRunner:
                 f"a round sampled {tokens.numel()} tokens; the sampled-token buffer holds "
                 f"{self.sampled.numel()} (one per state slot) and never grows: captured graphs read it in "
                 "place. Give the cache a state slot per request that can run at once")
-        self.sampled[: tokens.numel()].copy_(tokens)
+        # clamped as it is copied (no extra kernel): a row flagged NON_FINITE (-1) is no token id, and the
+        # next round, launched before the host reads this flag, must not embed it. 0 goes in instead; the
+        # flagged round fails at its read, before anything the next round computes is committed.
+        torch.clamp(tokens, min=0, out=self.sampled[: tokens.numel()])
         self.sampled_rows = {s.request_id: i for i, s in enumerate(sampling)}
 
     # --8<-- [start:copy_to_host]
