@@ -124,7 +124,7 @@ def recurrent_delta_rule(
     return outputs, states[-1]
 
 
-# --8<-- [start:capture]
+# --8<-- [start:snapshots]
 def recurrent_delta_states(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -151,7 +151,7 @@ def windows_after_each(window: torch.Tensor, x: torch.Tensor, kernel: int) -> to
     """The convolution window after each new input: ``[L, C, K-1]`` from ``window [C, K-1]``, ``x [L, C]``."""
     full = torch.cat([window, x.transpose(0, 1)], dim=-1)  # [C, K-1+L]
     return full.unfold(-1, kernel - 1, 1)[:, 1:].transpose(0, 1).contiguous()
-# --8<-- [end:capture]
+# --8<-- [end:snapshots]
 
 
 def chunked_delta_rule(
