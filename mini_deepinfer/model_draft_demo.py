@@ -149,8 +149,8 @@ def _target_restore_line(head: str, d: RoundDetail) -> str:
     n, k, a = d.start, len(d.proposal.drafts), d.accepted
     if a == k:
         return f"{head} restore  target state: keeps the state after position {n + k} (nothing rejected)"
-    return (f"{head} restore  target state slot <- captured state after position {n + a} "
-            f"(captured at {span(n, k + 1)})")
+    return (f"{head} restore  target state slot <- snapshot after position {n + a} "
+            f"(snapshots at {span(n, k + 1)})")
 
 
 def _draft_restore_line(head: str, d: RoundDetail) -> str:
