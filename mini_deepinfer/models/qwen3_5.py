@@ -133,7 +133,7 @@ class GatedDeltaNet(nn.Module):
             slot = batch.state_slots[b : b + 1]
             old = windows.index_select(0, slot)
             y, new = causal_conv_with_window(mixed[None, start : start + n], old, taps)
-            if b in layout.snapshot_seqs:
+            if b in layout.snapshot_seqs:  # a verify keeps the window after each position (lesson 13)
                 after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
                 ctx.cache.record_snapshots("conv", self.layer_idx, layout.state_slot_ids[b], after)
             windows.index_copy_(0, slot, new)
@@ -181,12 +181,14 @@ class GatedDeltaNet(nn.Module):
             slot = batch.state_slots[b : b + 1]
             q, k = qk[rows].unbind(-2)
             heads_first = [t.transpose(0, 1)[None] for t in (q, k, v[rows], g[rows], beta[rows])]
-            if b in layout.snapshot_seqs:
+            # --8<-- [start:snapshot_or_chunked]
+            if b in layout.snapshot_seqs:  # a verify (lesson 13): token by token, keeping every state
                 o, after = recurrent_delta_states(*heads_first, states.index_select(0, slot))
                 ctx.cache.record_snapshots("recurrent", self.layer_idx, layout.state_slot_ids[b], after[:, 0])
                 new = after[-1]
-            else:
+            else:  # a prompt chunk: the chunked algorithm, only the last state
                 o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))
+            # --8<-- [end:snapshot_or_chunked]
             states.index_copy_(0, slot, new)
             out[rows] = o[0].transpose(0, 1)
         return out
