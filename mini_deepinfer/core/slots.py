@@ -18,33 +18,44 @@ class SlotPoolExhausted(RuntimeError):
 
 # --8<-- [start:slot_pool]
 class SlotPool:
-    """A fixed number of slots, handed out lowest-number first and returned exactly once."""
+    """A fixed number of slots, handed out lowest-number first and returned exactly once.
+
+    Its memory follows the slots handed out, not the capacity: the slots never handed out are the range
+    from ``_next_unused`` to ``capacity``, so a pool of 10**12 slots costs nothing until it is used.
+    """
 
     def __init__(self, capacity: int, name: str = "kv") -> None:
         if not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"{name} slot capacity must be an integer >= 1, got {capacity!r}")
         self.name = name
         self.capacity = capacity
-        self._free = list(range(capacity))  # a heap: the smallest free slot comes out first
+        self._returned: list[int] = []  # a heap of slots given back, all below ``_next_unused``
+        self._next_unused = 0
         self._in_use: set[int] = set()
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._returned) + self.capacity - self._next_unused
 
     def allocate(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise SlotPoolExhausted(f"{self.name}: asked for {n} slots, {len(self._free)} free")
-        slots = [heapq.heappop(self._free) for _ in range(n)]
+        if n > self.num_free:
+            raise SlotPoolExhausted(f"{self.name}: asked for {n} slots, {self.num_free} free")
+        slots = [self._take_lowest() for _ in range(n)]
         self._in_use.update(slots)
         return slots
+
+    def _take_lowest(self) -> int:
+        if self._returned:  # every slot given back is below the never-used ones
+            return heapq.heappop(self._returned)
+        self._next_unused += 1
+        return self._next_unused - 1
 
     def free(self, slots: list[int]) -> None:
         for slot in slots:
             if slot not in self._in_use:  # a double free would hand one slot to two requests
                 raise ValueError(f"{self.name}: slot {slot} is not in use")
             self._in_use.remove(slot)
-            heapq.heappush(self._free, slot)
+            heapq.heappush(self._returned, slot)
 # --8<-- [end:slot_pool]
 
     def __repr__(self) -> str:
