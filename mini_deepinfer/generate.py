@@ -120,6 +120,7 @@ class Options:
     draft_width: int | None = None
     check_greedy: bool = False
     graphs: bool | None = None  # --graphs (True), --eager (False), neither: the device's default
+    compile: bool = False  # --compile: the graph path's decode step through torch.compile
     extra: dict = field(default_factory=dict)
 
     def engine_config(self) -> EngineConfig:
@@ -187,7 +188,7 @@ def resolve_options(argv: list[str]) -> Options:
         cancel_after_tokens=a.cancel_after_tokens, output=str(a.output) if a.output else None,
         draft_model=str(a.draft_model) if a.speculative else None, speculative=a.speculative,
         draft_width=(a.draft_width or DEFAULT_DRAFT_WIDTH) if a.speculative else None,
-        check_greedy=a.check_greedy, graphs=execution_choice(a))
+        check_greedy=a.check_greedy, graphs=execution_choice(a), compile=a.compile)
     with in_flag_terms(FLAGS):
         options.engine_config()
         for i in range(len(prompts)):
@@ -209,13 +210,15 @@ def check_speculative_flags(a) -> None:
 
 
 def check_execution_flags(a) -> None:
-    """``--graphs`` runs greedy plain decode rounds as graphs: with a draft or with sampling none would."""
-    if a.graphs and a.speculative:
-        raise UsageError("--graphs cannot be combined with --speculative: speculative rounds run eagerly "
-                         "(drop --graphs)")
-    if a.graphs and a.temperature > 0:
-        raise UsageError(f"--graphs runs only greedy decode rounds as graphs; with --temperature "
-                         f"{a.temperature} every round would run eagerly (drop --graphs)")
+    """``--graphs`` (and ``--compile``, which implies it) runs greedy plain decode rounds as graphs: with a
+    draft or with sampling none would."""
+    flag = "--compile" if a.compile else "--graphs" if a.graphs else None
+    if flag and a.speculative:
+        raise UsageError(f"{flag} cannot be combined with --speculative: speculative rounds run eagerly "
+                         f"(drop {flag})")
+    if flag and a.temperature > 0:
+        raise UsageError(f"{flag} runs only greedy decode rounds as graphs; with --temperature "
+                         f"{a.temperature} every round would run eagerly (drop {flag})")
 
 
 def check_seed(seed: int | None, prompts: int) -> None:
@@ -408,10 +411,11 @@ def build_record(argv: list[str], options: Options, loaded: Loaded, text: Text, 
 
 
 def execution_info(engine: Engine) -> dict:
-    """How the rounds ran: on captured graphs (static buffers, on a CPU) or eagerly, and how many of each."""
+    """How the rounds ran: on captured graphs (static buffers, on a CPU) or eagerly, how many of each, and
+    whether the graph path's step was compiled."""
     graphs = engine.runner.graphs
     return {"graphs": graphs is not None, "captured": graphs is not None and graphs.capture,
-            "rounds": dict(engine.runner.rounds_by_mode)}
+            "compiled": graphs is not None and graphs.compiled, "rounds": dict(engine.runner.rounds_by_mode)}
 
 
 def check_output(options: Options) -> None:
@@ -475,7 +479,8 @@ def run(argv: list[str]) -> int:
     with in_flag_terms(FLAGS):
         engine = build_engine(loaded.target.model, options.engine_config(),
                               draft=loaded.draft.model if loaded.draft else None,
-                              trace=Trace(listener=out.event), graphs=graphs)
+                              trace=Trace(listener=out.event), graphs=graphs,
+                              compile_step=graphs and options.compile)
     requests = [engine.new_request(rid, ids, p) for rid, ids, p in zip(rids, token_ids, params)]
     start = time.perf_counter()
     drive(engine, requests, options, out)

@@ -377,3 +377,8 @@ def test_steady_decode_launches_make_no_synchronising_call_on_cuda(graphs):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_graphs_give_the_greedy_tokens_of_eager_execution_on_cuda():
     assert graphs_equal_eager("cuda:0")["passed"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_graphs_give_the_greedy_tokens_of_eager_execution_on_cuda():
+    assert graphs_equal_eager("cuda:0", compile_step=True)["passed"]

@@ -188,6 +188,37 @@ def test_graphs_and_eager_together_are_refused(capsys):
     assert (code, out) == (2, "") and err == "error: argument --eager: not allowed with argument --graphs\n"
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--eager"], "error: --compile compiles the graph path's decode step; it cannot be combined with "
+                  "--eager (drop one)\n"),
+    (["--speculative", "--draft-model", "y"], "error: --compile cannot be combined with --speculative: "
+                                              "speculative rounds run eagerly (drop --compile)\n"),
+    (["--temperature", "0.7"], "error: --compile runs only greedy decode rounds as graphs; with "
+                               "--temperature 0.7 every round would run eagerly (drop --compile)\n"),
+], ids=["eager", "speculative", "sampling"])
+def test_compile_where_no_round_could_run_as_a_graph_is_one_line_and_exit_2(capsys, flags, message):
+    code, out, err = generate(capsys, "--model", "x", "--prompt", "a", "--compile", *flags)
+    assert (code, out, err) == (2, "", message)
+
+
+@pytest.mark.slow
+def test_compile_runs_the_graph_path_compiled_and_the_record_says_so(tiny_checkpoint, capsys, tmp_path):
+    """One state slot and 64 KV slots: a single bucket to compile. The tokens are those of ``--eager``."""
+    records = {}
+    for flag in ("--eager", "--compile"):
+        out_file = tmp_path / f"{flag}.json"
+        args = base_args(tiny_checkpoint, "--prompt", "abc", "--raw", "--cache-capacity", "64",
+                         "--max-num-seqs", "1", flag, "--output", str(out_file))
+        code, _, err = generate(capsys, *args)
+        assert code == 0, err
+        records[flag] = json.loads(out_file.read_text(encoding="utf-8"))
+    execution = records["--compile"]["execution"]
+    assert execution["graphs"] is True and execution["compiled"] is True and execution["rounds"]["graph"] > 0
+    assert records["--eager"]["execution"]["compiled"] is False
+    tokens = {flag: [r["output_token_ids"] for r in record["requests"]] for flag, record in records.items()}
+    assert tokens["--compile"] == tokens["--eager"]
+
+
 def test_a_temperature_that_would_underflow_is_refused_on_both_paths(tiny_checkpoint, capsys):
     """1e-320 is 0 in float32: it used to sample token 0 (plain) or fail in the draw (speculative)."""
     from mini_deepinfer.core.request import SamplingParams

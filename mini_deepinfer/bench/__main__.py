@@ -122,6 +122,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from mini_deepinfer.runtime.factory import use_graphs
 
     args.use_graphs = use_graphs(args.torch_device, execution_choice(args))
+    args.compile_step = args.compile  # --compile implies --graphs (execution_choice)
     return args
 
 
@@ -211,7 +212,7 @@ RUNNERS: dict[tuple, Any] = {}
 
 # --8<-- [start:ours]
 def time_engine(model, prompt_ids: list[list[int]], new_tokens: int,
-                graphs: bool = False) -> tuple[float, list[list[int]]]:
+                graphs: bool = False, compile_step: bool = False) -> tuple[float, list[list[int]]]:
     """Wall time of one engine run (all prompts together, greedy, fixed length) and its tokens."""
     from mini_deepinfer.core.engine import EngineConfig
     from mini_deepinfer.core.request import SamplingParams
@@ -221,8 +222,8 @@ def time_engine(model, prompt_ids: list[list[int]], new_tokens: int,
     capacity = sum(len(p) + new_tokens for p in prompt_ids)
     config = EngineConfig(kv_capacity=capacity, max_num_seqs=len(prompt_ids),
                           max_batched_tokens=max(sum(map(len, prompt_ids)), len(prompt_ids)))
-    key = (capacity, len(prompt_ids), graphs)  # the warm-up run captures; timed runs only replay
-    engine = build_engine(model, config, graphs=graphs, runner=RUNNERS.get(key))
+    key = (capacity, len(prompt_ids), graphs, compile_step)  # the warm-up run captures; timed runs replay
+    engine = build_engine(model, config, graphs=graphs, compile_step=compile_step, runner=RUNNERS.get(key))
     RUNNERS[key] = engine.runner
     for i, ids in enumerate(prompt_ids):
         engine.submit(f"r{i}", ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
@@ -256,7 +257,7 @@ def time_transformers(model, prompt_ids: list[list[int]], new_tokens: int) -> tu
 
 
 def load_side(side: str, checkpoint: Path, device=None, dtype=None,
-              graphs: bool = False) -> tuple[Any, Callable]:
+              graphs: bool = False, compile_step: bool = False) -> tuple[Any, Callable]:
     """One side's model on ``device`` in ``dtype`` (default: cpu, float32) and its timed run."""
     import torch
 
@@ -264,7 +265,8 @@ def load_side(side: str, checkpoint: Path, device=None, dtype=None,
     if side == "ours":
         from mini_deepinfer.models.loader import load_checkpoint
 
-        return load_checkpoint(checkpoint, dtype, device).model, functools.partial(time_engine, graphs=graphs)
+        timed = functools.partial(time_engine, graphs=graphs, compile_step=compile_step)
+        return load_checkpoint(checkpoint, dtype, device).model, timed
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype).to(device).eval()
@@ -303,7 +305,8 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     before, rss_before = load_average(), current_rss_bytes()
     start = time.perf_counter()
-    model, timed = load_side(args.side, args.checkpoint, args.torch_device, args.torch_dtype, args.use_graphs)
+    model, timed = load_side(args.side, args.checkpoint, args.torch_device, args.torch_dtype, args.use_graphs,
+                             args.compile_step)
     result: dict[str, Any] = {"load_s": time.perf_counter() - start, "threads": torch.get_num_threads(),
                               "prefill": {}, "decode": {}, "tokens": {"prefill": {}, "decode": {}},
                               "rss_before_load_bytes": rss_before,
@@ -412,6 +415,7 @@ def run_side(side: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
             "--batches", ",".join(map(str, args.batches)), "--prompt-len", str(args.prompt_len),
             "--new-tokens", str(args.new_tokens), "--threads", str(args.threads), "--device", args.device,
             "--dtype", args.dtype, "--graphs" if args.use_graphs else "--eager"]
+    argv += ["--compile"] if args.compile_step else []
     # on a terminal the side's stderr (its progress bar, any error) goes straight to it
     stderr = None if sys.stderr.isatty() else subprocess.PIPE
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
@@ -564,7 +568,7 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "device": device_info(args.torch_device), "dtype": args.dtype, "torch": torch.__version__,
         "transformers": transformers.__version__,
         "config": {"preset": args.preset, "weights": "random (seed 0)", "repeats": args.repeats,
-                   "execution": {"graphs": args.use_graphs},
+                   "execution": {"graphs": args.use_graphs, "compiled": args.compile_step},
                    "warmup_runs": 1, "rounds": "one process per side and round, order alternating",
                    "prefill_lens": args.prefill, "batches": args.batches,
                    "decode_prompt_lens": {str(b): prompt_lengths(b, args.prompt_len) for b in args.batches},

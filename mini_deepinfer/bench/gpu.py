@@ -173,8 +173,9 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
                 min(len(a), len(b)))
 
 
-def graphs_equal_eager(device: str, preset: str = "small") -> dict[str, Any]:
-    """Float32, greedy: the tokens with graphs equal the tokens without, request by request."""
+def graphs_equal_eager(device: str, preset: str = "small", compile_step: bool = False) -> dict[str, Any]:
+    """Float32, greedy: the tokens with graphs (with ``compile_step``, their step compiled) equal the tokens
+    without, request by request."""
     import torch
 
     from mini_deepinfer.core.engine import EngineConfig
@@ -188,14 +189,14 @@ def graphs_equal_eager(device: str, preset: str = "small") -> dict[str, Any]:
     for graphs in (False, True):
         config = EngineConfig(kv_capacity=1024, max_num_seqs=4, max_batched_tokens=64, chunked_prefill=True,
                               pipeline=True)
-        engine = build_engine(model, config, graphs=graphs)
+        engine = build_engine(model, config, graphs=graphs, compile_step=graphs and compile_step)
         for i in range(4):
             engine.submit(f"r{i}", list(range(3 + i, 40 + 9 * i)), SamplingParams(max_new_tokens=48))
         engine.run()
         outputs[graphs] = {rid: r.output_token_ids for rid, r in engine.requests.items()}
     differ = {rid: first_difference(tokens, outputs[True][rid]) for rid, tokens in outputs[False].items()}
     compared = sum(map(len, outputs[False].values()))
-    return {"passed": outputs[True] == outputs[False], "tokens_compared": compared,
+    return {"passed": outputs[True] == outputs[False], "compiled": compile_step, "tokens_compared": compared,
             "first_difference": {rid: pos for rid, pos in differ.items() if pos is not None}}
 
 

@@ -230,7 +230,8 @@ def timed_step(engine: BatchEngine, runner: TimedRunner) -> RoundTiming:
 
 
 def make_engine(model: CausalLM, workload: Workload, pipeline: bool, graphs: bool,
-                runner: TimedRunner | None = None) -> tuple[BatchEngine, TimedRunner]:
+                runner: TimedRunner | None = None,
+                compile_step: bool = False) -> tuple[BatchEngine, TimedRunner]:
     """A batch engine whose budget fits every prompt in round 1, so all requests decode together.
 
     Runs after the first reuse its runner: its cache, and the graphs it captured in the warm-up run, as a
@@ -242,7 +243,8 @@ def make_engine(model: CausalLM, workload: Workload, pipeline: bool, graphs: boo
     n = workload.num_requests
     config = EngineConfig(kv_capacity=workload.kv_capacity, max_num_seqs=n,
                           max_batched_tokens=sum(workload.prompt_lens), pipeline=pipeline)
-    engine = build_engine(model, config, graphs=graphs, runner=runner.inner if runner else None)
+    engine = build_engine(model, config, graphs=graphs, compile_step=compile_step,
+                          runner=runner.inner if runner else None)
     # the same runner, clocks around its calls
     engine.runner = runner = runner or TimedRunner(engine.runner, device_module(engine.runner.device))
     runner.events.clear()
@@ -250,11 +252,11 @@ def make_engine(model: CausalLM, workload: Workload, pipeline: bool, graphs: boo
 
 
 def run_once(model: CausalLM, workload: Workload, prompts: dict[str, list[int]], mode: str,
-             runner: TimedRunner | None, graphs: bool) -> RunResult:
+             runner: TimedRunner | None, graphs: bool, compile_step: bool = False) -> RunResult:
     """Submit every request, step until all are finished and read, and time it."""
     from mini_deepinfer.runtime.device import synchronize
 
-    engine, runner = make_engine(model, workload, MODES[mode], graphs, runner)
+    engine, runner = make_engine(model, workload, MODES[mode], graphs, runner, compile_step)
     device = runner.inner.device
     params = SamplingParams(max_new_tokens=workload.new_tokens, ignore_eos=True)
     gc.collect()
@@ -291,18 +293,18 @@ def _result(engine: BatchEngine, mode: str, wall_s: float, rounds: list[RoundTim
 
 
 def run_all(model: CausalLM, workload: Workload, repeats: int,
-            graphs: bool = False) -> dict[str, list[RunResult]]:
+            graphs: bool = False, compile_step: bool = False) -> dict[str, list[RunResult]]:
     """Warm up, then run both modes ``repeats`` times, alternating which goes first (one runner for all)."""
     prompts = workload.prompts(model.config.vocab_size)
     runner = None
     for mode in MODES:
         for _ in range(WARMUP_RUNS):
-            runner = run_once(model, workload, prompts, mode, runner, graphs).runner
+            runner = run_once(model, workload, prompts, mode, runner, graphs, compile_step).runner
     runs: dict[str, list[RunResult]] = {mode: [] for mode in MODES}
     for i in range(repeats):
         order = list(MODES) if i % 2 == 0 else list(reversed(MODES))
         for mode in order:
-            runs[mode].append(run_once(model, workload, prompts, mode, runner, graphs))
+            runs[mode].append(run_once(model, workload, prompts, mode, runner, graphs, compile_step))
     return runs
 
 
@@ -401,6 +403,7 @@ class Settings:
     workload: Workload
     output: Path | None
     graphs: bool = False
+    compile_step: bool = False  # --compile: the graph path's decode step through torch.compile
 
 
 def build_report(argv: list[str], settings: Settings, model: CausalLM,
@@ -418,7 +421,7 @@ def build_report(argv: list[str], settings: Settings, model: CausalLM,
         "kv_capacity": workload.kv_capacity, "repeats": settings.repeats, "warmup_runs": WARMUP_RUNS,
         "cpu_threads": torch.get_num_threads(),
         # one runner serves every run: its counts cover the warm-up and every repetition of both modes
-        "execution": {"graphs": settings.graphs,
+        "execution": {"graphs": settings.graphs, "compiled": settings.compile_step,
                       "rounds": dict(runs["synchronous"][-1].runner.inner.rounds_by_mode)},
     }
     return {
@@ -507,14 +510,14 @@ def resolve_settings(argv: list[str]) -> Settings:
     check_cache_memory(a.preset, 16 * n + 4 * n * (n - 1) + n * a.new_tokens, n, 1, dtype, device,
                        f"--requests {n} and --new-tokens {a.new_tokens}")
     return Settings(device, dtype, a.preset, a.repeats, Workload(a.requests, a.new_tokens),
-                    a.output, use_graphs(device, execution_choice(a)))
+                    a.output, use_graphs(device, execution_choice(a)), a.compile)
 
 
 def run_benchmark(settings: Settings, argv: list[str]) -> dict[str, Any]:
     """Build the model, run both modes and return the JSON document."""
     model = build_random_model(settings.preset, settings.dtype, settings.device, settings.workload.seed)
     load_before = os.getloadavg()
-    runs = run_all(model, settings.workload, settings.repeats, settings.graphs)
+    runs = run_all(model, settings.workload, settings.repeats, settings.graphs, settings.compile_step)
     report = build_report(argv, settings, model, runs)
     # other processes on the machine slow a CPU run down; the 1-minute load average tells a reader
     report["device"]["load_average_1m"] = {"before": load_before[0], "after": os.getloadavg()[0]}

@@ -57,7 +57,7 @@ def check_draft(config: EngineConfig, has_draft: bool) -> None:
 def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | None = None,
                  batching: bool = True, trace: Trace | None = None, keep_logits: bool = False,
                  use_graphs: bool = False, runner: ModelRunner | None = None,
-                 graphs: bool | None = None) -> Engine:
+                 graphs: bool | None = None, compile_step: bool = False) -> Engine:
     """Build the engine that runs ``model``: its cache, its runner (with the draft's, if any), the engine.
 
     Args:
@@ -71,15 +71,20 @@ def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | Non
         use_graphs: run plain greedy decode rounds on static buffers, every bucket captured as a graph (on an
             accelerator) now, before any request (``runtime.graphs``); a speculative runner always runs
             eagerly. ``graphs`` is its former name, still accepted.
+        compile_step: the graph path's decode step goes through ``torch.compile``, every bucket compiled now
+            (``DecodeGraphs(compile=True)``); it needs ``use_graphs`` and no draft.
         runner: reuse the runner of an earlier engine whose requests have all finished (its cache, and the
             graphs it has captured, as a server keeps them from one batch of requests to the next).
     """
     check_draft(config, draft is not None)
+    use_graphs = use_graphs or bool(graphs)
+    if compile_step and (not use_graphs or draft is not None):
+        raise ValueError("compile_step compiles the graph path's decode step: it needs use_graphs=True and "
+                         "no draft model")
     if config.state_capacity is None:
         config = replace(config, state_capacity=config.max_num_seqs if batching else 1)
     if runner is None:
-        use_graphs = (use_graphs or bool(graphs)) and draft is None
-        runner = new_runner(model, config, draft, keep_logits, use_graphs)
+        runner = new_runner(model, config, draft, keep_logits, use_graphs and draft is None, compile_step)
     held = (runner.cache.kv_capacity, runner.cache.state_capacity)
     if held != (config.kv_capacity, config.state_capacity):
         raise ValueError(f"the runner's cache holds {held} KV and state slots, the config asks for "
@@ -96,11 +101,13 @@ def engine_class(*, speculative: bool, batching: bool) -> type[Engine]:
 
 
 def new_runner(model: CausalLM, config: EngineConfig, draft: CausalLM | None, keep_logits: bool,
-               use_graphs: bool) -> ModelRunner:
-    """A runner and its caches, sized as ``config`` says (graphs are captured here, before any request)."""
+               use_graphs: bool, compile_step: bool = False) -> ModelRunner:
+    """A runner and its caches, sized as ``config`` says (graphs are compiled, with ``compile_step``, and
+    captured here, before any request)."""
     cache = new_cache(model, config.kv_capacity, config.state_capacity, dummy_slots=use_graphs)
     if draft is None:
-        return ModelRunner(model, cache, keep_logits, DecodeGraphs(model, cache) if use_graphs else None)
+        graphs = DecodeGraphs(model, cache, compile=compile_step) if use_graphs else None
+        return ModelRunner(model, cache, keep_logits, graphs)
     check_same_vocabulary(model, draft)
     draft_cache = new_cache(draft, config.kv_capacity, config.state_capacity)
     return SpeculativeRunner(model, cache, ModelDraft(draft, draft_cache))

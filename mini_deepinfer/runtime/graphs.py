@@ -14,6 +14,12 @@ request holds, so what they compute is never read. All buckets share one memory 
 On CPU there is nothing to capture: the same static-buffer step runs eagerly, so a CPU test checks the layout,
 the padding and the in-flight gather of the graph path against eager execution.
 
+With ``compile=True`` (``--compile``) the step goes through ``torch.compile`` (``COMPILE_OPTIONS``: inductor,
+Triton kernels on CUDA, C++ on a CPU), specialised to each bucket's fixed shape; ``capture_all`` compiles
+every bucket before any request, and on an accelerator the compiled kernels are what the graph records.
+``decode_step_ref``, the plain eager step, stays beside it as the reference (tests/test_compile.py compares
+their greedy tokens in float32).
+
 Non-scope: prefill and mixed rounds, speculative rounds, sampled (non-greedy) rows and kept logits: those run
 eagerly (``ModelRunner.launch`` decides). DeepInfer's ``CudaGraphRunner`` buckets by token count instead and
 its attention kernels read block tables directly; our attention gathers each decode's keys, so the context
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,11 +44,21 @@ from mini_deepinfer.runtime.device import device_module
 from mini_deepinfer.runtime.sampling import flag_non_finite
 from mini_deepinfer.runtime.staging import Padding, SeqInput, Staging, batch_from_views, stage_round
 
+Segments = list[tuple[str, int, bool]]
+"""Where each input of a round sits in its staging buffer: name, length, whether it holds floats."""
+DecodeStep = Callable[[CausalLM, HybridCache, RoundLayout, Segments, torch.Tensor, torch.Tensor],
+                      torch.Tensor]
+"""``decode_step_ref`` or its compiled form: (model, cache, layout, segments, static, sampled) -> tokens."""
+
 GRAPH_API = {"cuda": "CUDAGraph", "npu": "NPUGraph"}
 """The graph class of each accelerator's device module; ``module.graph(g, pool=...)`` captures into it."""
 MIN_CONTEXT = 64
 """The smallest context bucket: shorter contexts share it (early decode steps do not each capture a graph)."""
 WARMUP_STEPS = 2  # runs before a capture, so that lazily created library state exists before recording
+COMPILE_OPTIONS = {"backend": "inductor", "dynamic": False, "fullgraph": True}
+"""How ``compile=True`` compiles the decode step: inductor (Triton on CUDA, C++ on a CPU); ``dynamic=False``,
+since every bucket has a fixed shape (one compiled graph each); ``fullgraph``: a graph break, or more
+versions than the limit allows, is an error instead of a silent return to eager code."""
 
 
 def powers_of_two_up_to(limit: int, start: int = 1) -> list[int]:
@@ -53,13 +70,41 @@ def powers_of_two_up_to(limit: int, start: int = 1) -> list[int]:
     return sizes + [limit]
 
 
+# --8<-- [start:decode_step_ref]
+def decode_step_ref(model: CausalLM, cache: HybridCache, layout: RoundLayout, segments: Segments,
+                    static: torch.Tensor, sampled: torch.Tensor) -> torch.Tensor:
+    """The decode step, eagerly: the batch as views of a static buffer, the forward, greedy tokens ``[rows]``
+    (a non-finite row flagged). Tokens still in flight are gathered from ``sampled``."""
+    views = Staging.views(segments, static)
+    batch = batch_from_views(layout, views).with_in_flight(sampled)
+    logits = model(batch, cache)
+    return flag_non_finite(logits, torch.argmax(logits, dim=-1))
+# --8<-- [end:decode_step_ref]
+
+
+# --8<-- [start:compiled_step]
+def compiled_decode_step(buckets: int) -> DecodeStep:
+    """``decode_step_ref`` through ``torch.compile`` with ``COMPILE_OPTIONS``; each bucket compiles on its
+    first call (``capture_all`` makes that call before any request)."""
+    import torch._dynamo  # only when compiling: it takes a while to import
+
+    # Dynamo compiles a function once per input shape, and each bucket is a new shape; past its recompile
+    # limit (8 by default) a full-graph function fails. Every engine adds its own buckets to the limit, since
+    # one process (a benchmark, the tests) may build several engines.
+    config = torch._dynamo.config
+    config.recompile_limit += buckets
+    config.accumulated_recompile_limit += buckets
+    return torch.compile(decode_step_ref, **COMPILE_OPTIONS)
+# --8<-- [end:compiled_step]
+
+
 @dataclass
 class Bucket:
     """One padded shape: its layout, its static input buffer, its output, and its graph."""
 
     padding: Padding
     layout: RoundLayout  # the layout ``stage_round`` gives every round of this bucket (host decisions)
-    segments: list[tuple[str, int, bool]]  # where each input sits in ``static``
+    segments: Segments  # where each input sits in ``static``
     static: torch.Tensor  # on the device: the staging buffer every replay reads; rounds copy their inputs in
     tokens: torch.Tensor  # [rows] the step's sampled tokens
     graph: object | None = None  # None on CPU: the step runs eagerly on ``static``
@@ -71,9 +116,11 @@ class DecodeGraphs:
     Args:
         model: the model; its device decides whether graphs are captured (CUDA, NPU) or not (CPU).
         cache: the model's cache, built with dummy slots (``HybridCache(..., dummy_slots=True)``).
+        compile: run the step through ``torch.compile`` (``compiled_decode_step``), every bucket compiled by
+            ``capture_all``; otherwise the eager ``decode_step_ref``.
     """
 
-    def __init__(self, model: CausalLM, cache: HybridCache) -> None:
+    def __init__(self, model: CausalLM, cache: HybridCache, compile: bool = False) -> None:
         if cache.dummy_kv_slot is None:
             raise ValueError("graph execution needs a cache with dummy slots (HybridCache(dummy_slots=True))")
         self.model, self.cache = model, cache
@@ -81,6 +128,9 @@ class DecodeGraphs:
         self.capture = self.device.type in GRAPH_API
         self.rows = powers_of_two_up_to(max(cache.state_capacity, 1))
         self.contexts = powers_of_two_up_to(cache.kv_capacity, min(MIN_CONTEXT, cache.kv_capacity))
+        self.compiled = compile
+        buckets = len(self.rows) * len(self.contexts)
+        self.step: DecodeStep = compiled_decode_step(buckets) if compile else decode_step_ref
         self.buckets: dict[tuple[int, int], Bucket] = {}
         self.pool: object | None = None
         self.sampled: torch.Tensor | None = None
@@ -142,17 +192,16 @@ class DecodeGraphs:
     # --8<-- [end:run]
 
     # --8<-- [start:step]
-    def _step(self, bucket: Bucket) -> None:
-        """What a graph holds: the batch as views of the static buffer, the forward, greedy tokens."""
-        views = Staging.views(bucket.segments, bucket.static)
-        batch = batch_from_views(bucket.layout, views).with_in_flight(self.sampled)
-        logits = self.model(batch, self.cache)
-        bucket.tokens.copy_(flag_non_finite(logits, torch.argmax(logits, dim=-1)))
+    def _step(self, bucket: Bucket, step: DecodeStep | None = None) -> None:
+        """What a graph holds: ``self.step`` (compiled or not) on the bucket, into ``bucket.tokens``."""
+        step = step or self.step
+        bucket.tokens.copy_(step(self.model, self.cache, bucket.layout, bucket.segments, bucket.static,
+                                 self.sampled))
     # --8<-- [end:step]
 
     def _new_bucket(self, rows: int, context: int) -> Bucket:
         """Lay out an all-padding round of the shape in a static device buffer (filled from pinned memory),
-        then capture its step (on an accelerator)."""
+        then compile its step (with ``compile``) and capture it (on an accelerator)."""
         padding = Padding(rows, context, self.cache.dummy_kv_slot, self.cache.dummy_state_slot)
         staging = Staging()
         layout = stage_round([], staging, [], padding)
@@ -160,6 +209,8 @@ class DecodeGraphs:
         staging.upload(self.device, into=static)
         bucket = Bucket(padding, layout, staging.segments(), static,
                         torch.zeros(rows, dtype=torch.int64, device=self.device))
+        if self.compiled:
+            self._compile(bucket)
         if self.capture:
             bucket.graph = self._capture(bucket)
         return bucket
@@ -180,3 +231,10 @@ class DecodeGraphs:
         self.pool = self.pool if self.pool is not None else graph.pool()
         return graph
     # --8<-- [end:capture]
+
+    def _compile(self, bucket: Bucket) -> None:
+        """Compile the step for this bucket's shape by running it once on the dummy round (it writes only the
+        dummy slots). The eager reference runs first: it folds the model's constants from its weights
+        (``layers.Folded``), which a compiled step reads as they are."""
+        self._step(bucket, decode_step_ref)
+        self._step(bucket)

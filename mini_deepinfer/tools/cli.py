@@ -3,8 +3,8 @@
 Scope: :class:`OneLineParser` (argparse that raises :class:`UsageError` instead of printing usage), the
 :func:`run_command` wrapper every command's ``main`` goes through (an input error becomes one line on stderr
 and exit code 2, Ctrl-C exit code 130, never a traceback), :func:`in_flag_terms` (the library's messages in
-the command's flag names), the ``--graphs`` / ``--eager`` pair, and an argparse type for comma-separated
-numbers. Standard library only. Non-scope: what any command does.
+the command's flag names), the ``--graphs`` / ``--eager`` pair and ``--compile``, and an argparse type for
+comma-separated numbers. Standard library only. Non-scope: what any command does.
 """
 
 from __future__ import annotations
@@ -87,15 +87,23 @@ def positive_ints(text: str) -> list[int]:
 
 def add_execution_options(parser: argparse.ArgumentParser, graphs_note: str = "") -> None:
     """``--graphs`` / ``--eager``: decode rounds on captured graphs, or never (neither: the device's default,
-    ``runtime.factory.use_graphs``). ``graphs_note`` ends the help of ``--graphs`` with what the command does
-    when it meets flags under which no round can run as a graph."""
+    ``runtime.factory.use_graphs``); ``--compile``: the graph path's decode step through ``torch.compile``
+    (implies ``--graphs``). ``graphs_note`` ends the help of ``--graphs`` with what the command does when it
+    meets flags under which no round can run as a graph."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--graphs", action="store_true",
                        help="run greedy decode rounds as captured graphs (cuda, npu; on cpu the same static "
                             "buffers, without capture); other rounds run eagerly" + graphs_note)
     group.add_argument("--eager", action="store_true", help="never run rounds as graphs")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile the graph path's decode step with torch.compile (inductor: Triton on "
+                             "cuda, C++ on cpu), every bucket before the first request; implies --graphs, "
+                             "so it cannot be combined with --eager")
 
 
 def execution_choice(args: argparse.Namespace) -> bool | None:
-    """True for ``--graphs``, False for ``--eager``, None when neither was given."""
-    return True if args.graphs else False if args.eager else None
+    """True for ``--graphs`` or ``--compile``, False for ``--eager``, None when none was given."""
+    if args.compile and args.eager:
+        raise UsageError("--compile compiles the graph path's decode step; it cannot be combined with "
+                         "--eager (drop one)")
+    return True if args.graphs or args.compile else False if args.eager else None

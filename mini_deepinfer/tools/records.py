@@ -15,7 +15,7 @@ A record is a plain dict with these top-level keys, in this order::
 
 ``draft_model`` appears only in two-model (speculative) runs, like ``committed_groups`` in a request.
 ``execution`` says how the rounds ran: ``graphs`` (decode rounds on static buffers), ``captured`` (replayed as
-device graphs) and ``rounds`` (how many ran each way).
+device graphs), ``compiled`` (their step through ``torch.compile``) and ``rounds`` (how many ran each way).
 """
 
 from __future__ import annotations
