@@ -15,6 +15,9 @@ Each round is printed from the engine's trace events (``schedule``, ``commit``, 
 engine's pools: ``admit`` (a request's first chunk: its state slot and its worst-case KV reservation),
 ``waiting`` (a request left in the queue after the round was scheduled, with the numbers that kept it there),
 ``budget`` (tokens in the round) and ``cache`` (KV and state slots taken and given back, and what is free).
+With ``--toy`` lesson 1's toy runner ("next token = last input + 1") stands in for the model: no torch is
+imported, so the lesson pages can run it in the browser. The rounds are the same (every request stops at its
+``max_new_tokens``, and the schedule never reads a token's value); only the token ids differ.
 Non-scope: real weights and text (``python -m mini_deepinfer.generate``), timing, sampling other than greedy.
 """
 
@@ -23,18 +26,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from mini_deepinfer.core.batch import BatchEngine
 from mini_deepinfer.core.engine import EngineConfig
 from mini_deepinfer.core.request import Request, SamplingParams
+from mini_deepinfer.core.toy import ToyRunner
 from mini_deepinfer.core.trace import Trace, TraceEvent, format_event
 from mini_deepinfer.tools.cli import OneLineParser, in_flag_terms, run_command
 
 if TYPE_CHECKING:
     import torch
-
-    from mini_deepinfer.core.batch import BatchEngine
 
 MODEL_SEED = 0
 QUIET_KINDS = {"launch", "read"}  # printed only with --pipeline, where their order is the point
@@ -68,6 +71,7 @@ class DemoOptions:
     max_num_seqs: int = 3
     chunked_prefill: bool = True
     pipeline: bool = False
+    toy: bool = False  # lesson 1's toy runner instead of the random Qwen3.5
 
     def engine_config(self) -> EngineConfig:
         """The engine's numbers; making the config checks them (one line for any out of range)."""
@@ -100,6 +104,13 @@ def make_engine(model: torch.nn.Module, options: DemoOptions, trace: Trace) -> B
 
     with in_flag_terms(FLAGS):
         return build_engine(model, options.engine_config(), trace=trace)
+
+
+def make_toy_engine(options: DemoOptions, trace: Trace) -> BatchEngine:
+    """The same ``BatchEngine`` over lesson 1's toy runner: no model, no torch."""
+    with in_flag_terms(FLAGS):
+        config = replace(options.engine_config(), state_capacity=options.max_num_seqs)
+        return BatchEngine(ToyRunner(), config, trace)
 
 
 def check_memory(options: DemoOptions) -> None:
@@ -228,8 +239,11 @@ def run_demo(options: DemoOptions, print_line: Callable[[str], None] = print,
              model: torch.nn.Module | None = None) -> BatchEngine:
     """Run A, B and C through a ``BatchEngine``, printing every round; returns the engine for inspection."""
     printer = RoundPrinter(options, print_line)
-    model = model if model is not None else demo_model()
-    engine = make_engine(model, options, Trace(listener=printer.on_event))
+    trace = Trace(listener=printer.on_event)
+    if options.toy:
+        engine = make_toy_engine(options, trace)
+    else:
+        engine = make_engine(model if model is not None else demo_model(), options, trace)
     printer.engine = engine
     requests = check_requests(engine)  # before anything is printed
     for line in header_lines(options):
@@ -260,9 +274,12 @@ def summary_lines(engine: BatchEngine) -> list[str]:
 def header_lines(options: DemoOptions) -> list[str]:
     chunking = "chunked prefill" if options.chunked_prefill else "whole prompts only"
     mode = "cross-round (--pipeline)" if options.pipeline else "synchronous"
+    model = (f"Random tiny Qwen3.5 (untrained, seed {MODEL_SEED}): 3 Gated DeltaNet layers + 1 gated "
+             "attention layer, vocab 256, greedy.")
+    if options.toy:
+        model = "Toy runner (--toy): next token = last input + 1, no model and no torch."
     return [
-        f"Random tiny Qwen3.5 (untrained, seed {MODEL_SEED}): 3 Gated DeltaNet layers + 1 gated attention "
-        "layer, vocab 256, greedy.",
+        model,
         f"BatchEngine: budget {options.max_batched_tokens} tokens per round, {chunking}, max_num_seqs "
         f"{options.max_num_seqs}, {options.kv_slots} KV slots, {options.max_num_seqs} state slots, {mode}.",
     ]
@@ -285,22 +302,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run each prompt whole in one round (a prompt over the budget is refused)")
     p.add_argument("--pipeline", action="store_true",
                    help="cross-round execution: launch round N+1 before reading round N")
+    p.add_argument("--toy", action="store_true",
+                   help="lesson 1's toy runner (next token = last input + 1) instead of the model: no torch, "
+                        "the same rounds, other token ids")
     return p
 
 
 def parse_options(argv: list[str]) -> DemoOptions:
     a = build_parser().parse_args(argv)
-    return DemoOptions(a.max_batched_tokens, a.kv_slots, a.max_num_seqs, not a.no_chunked_prefill, a.pipeline)
+    return DemoOptions(a.max_batched_tokens, a.kv_slots, a.max_num_seqs, not a.no_chunked_prefill, a.pipeline,
+                       a.toy)
 
 
 def run(argv: list[str]) -> int:
     options = parse_options(argv)
     with in_flag_terms(FLAGS):
         options.engine_config()  # every number checked before torch loads
-    import torch
+    if not options.toy:
+        import torch
 
-    check_memory(options)
-    torch.set_num_threads(1)  # fastest for so small a model, and the same on any number of cores
+        check_memory(options)
+        torch.set_num_threads(1)  # fastest for so small a model, and the same on any number of cores
     run_demo(options)  # bad numbers, or a request the cache or budget can never serve: refused before round 1
     return 0
 

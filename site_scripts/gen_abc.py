@@ -1,8 +1,10 @@
 """The A/B/C demo (``python -m mini_deepinfer.pipeline_demo``) as lessons 3, 4 and the walkthrough show it.
 
-Scope: the demo's terminal output (synchronous and ``--pipeline``), the one-line refusal without chunked
-prefill, and a table of the synchronous run, one row per round, built from the engine's trace events and its
-pools after each round. Non-scope: explaining any of it (the pages do).
+Scope: the demo's terminal output (synchronous, ``--pipeline``, and ``--toy``, which the lesson pages also run
+in the browser), the one-line refusal without chunked prefill, and a table of the synchronous run, one row per
+round, built from the engine's trace events and its pools after each round (the page's worker builds the same
+rows for a reader's run with :class:`RoundSnapshots` and :func:`round_rows`). Non-scope: explaining any of it
+(the pages do).
 """
 
 from __future__ import annotations
@@ -34,12 +36,40 @@ def _cells(events: list[TraceEvent]) -> tuple[str, str, str]:
     return "; ".join(runs) or "—", "; ".join(commits) or "—", "; ".join(ends) or "—"
 
 
-def rounds_table() -> str:
-    """The body rows of a markdown table of the synchronous demo (the pages write the header).
+class RoundSnapshots:
+    """Called after each ``step()`` of the demo (``drive``'s ``after_step``): the pools and the queue then."""
+
+    def __init__(self) -> None:
+        self.engine = None
+        self.after: dict[int, str] = {}
+
+    def __call__(self) -> None:
+        engine = self.engine
+        kv, state = engine.kv_pool, engine.state_pool
+        waiting = ", ".join(r.request_id for r in engine.waiting) or "—"
+        self.after[engine.round_id] = (f"{kv.num_free}/{kv.capacity}, {kv.num_free - engine.reserved_kv()} "
+                                       f"| {state.num_free}/{state.capacity} | {waiting}")
+
+
+def round_rows(events: list[TraceEvent], after: dict[int, str]) -> list[str]:
+    """The table's body rows: one per round, from the run's events and the snapshots after each round.
 
     Columns: round, what ran, tokens, commits, finishes and frees, KV free and unreserved after the round,
     state slots free after the round, requests still waiting.
     """
+    by_round: dict[int, list[TraceEvent]] = defaultdict(list)
+    for event in events:
+        by_round[event.round_id].append(event)
+    rows = []
+    for r in sorted(after):
+        runs, commits, ends = _cells(by_round[r])
+        tokens = sum(len(e.data["inputs"]) for e in by_round[r] if e.kind == "schedule")
+        rows.append(f"| {r} | {runs} | {tokens} | {commits} | {ends} | {after[r]} |")
+    return rows
+
+
+def rounds_table() -> str:
+    """The body rows of a markdown table of the synchronous demo (the pages write the header)."""
     import torch
 
     from mini_deepinfer.pipeline_demo import DemoOptions, check_requests, demo_model, drive, make_engine
@@ -47,32 +77,18 @@ def rounds_table() -> str:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the command does
     try:
-        engine = make_engine(demo_model(), DemoOptions(), Trace())
-        after: dict[int, str] = {}
-
-        def snapshot() -> None:
-            kv, state = engine.kv_pool, engine.state_pool
-            waiting = ", ".join(r.request_id for r in engine.waiting) or "—"
-            after[engine.round_id] = (f"{kv.num_free}/{kv.capacity}, {kv.num_free - engine.reserved_kv()} "
-                                      f"| {state.num_free}/{state.capacity} | {waiting}")
-
-        drive(engine, check_requests(engine), after_step=snapshot)
+        snapshots = RoundSnapshots()
+        engine = snapshots.engine = make_engine(demo_model(), DemoOptions(), Trace())
+        drive(engine, check_requests(engine), after_step=snapshots)
     finally:
         torch.set_num_threads(threads)
-    by_round: dict[int, list[TraceEvent]] = defaultdict(list)
-    for event in engine.trace.events:
-        by_round[event.round_id].append(event)
-    rows = []
-    for r in sorted(after):
-        runs, commits, ends = _cells(by_round[r])
-        tokens = sum(len(e.data["inputs"]) for e in by_round[r] if e.kind == "schedule")
-        rows.append(f"| {r} | {runs} | {tokens} | {commits} | {ends} | {after[r]} |")
-    return "\n".join(rows) + "\n"
+    return "\n".join(round_rows(engine.trace.events, snapshots.after)) + "\n"
 
 
 OUTPUTS = {
     "abc/demo.txt": lambda: run_module("mini_deepinfer.pipeline_demo"),
     "abc/pipeline.txt": lambda: run_module("mini_deepinfer.pipeline_demo", "--pipeline"),
+    "abc/toy.txt": lambda: run_module("mini_deepinfer.pipeline_demo", "--toy"),
     "abc/no-chunking.txt": lambda: run_shell(NO_CHUNKING),
     "abc/rounds.md": rounds_table,
 }

@@ -1,11 +1,15 @@
 """The engine files that the in-page runs ship, zipped at site build time from the package itself.
 
-Scope: which files a page's worker needs (:func:`bundle_files`: the command ``python -m mini_deepinfer``, the
-package's ``__init__``, and every module of this repository they import, found by reading their ``import``
-statements, plus the generator that writes the page's round table and the worker's own Python side), and the
-zip of exactly those files, byte for byte (:func:`write_zip`). Nothing is copied into the repository, so the
-shipped engine cannot drift from the package. Non-scope: the Pyodide runtime
-(``site_scripts/fetch_pyodide.py``) and putting files into the built site (``site_scripts/inpage_hooks.py``).
+Scope: which files a page's worker needs (:func:`bundle_files`: the modules a run imports by name, namely the
+commands ``python -m mini_deepinfer`` and ``python -m mini_deepinfer.pipeline_demo --toy``, the generators
+that write the pages' round tables and the worker's own Python side, and every module of this repository that
+importing them loads, found by reading the ``import`` statements that run at import time), and the zip of
+exactly those files, byte for byte (:func:`write_zip`). An import inside a function runs only when the
+function is called: ``pipeline_demo`` imports torch and the model that way, on the path ``--toy`` never
+takes, so they are not shipped (``tests/test_inpage_run.py`` runs each shipped command with everything else
+unimportable). Nothing is copied into the repository, so the shipped engine cannot drift from the package.
+Non-scope: the Pyodide runtime (``site_scripts/fetch_pyodide.py``) and putting files into the built site
+(``site_scripts/inpage_hooks.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ENTRY_POINTS = (
     "mini_deepinfer/__init__.py",
     "mini_deepinfer/__main__.py",
+    "mini_deepinfer/pipeline_demo.py",
+    "site_scripts/gen_abc.py",
     "site_scripts/gen_toy.py",
     "site_scripts/inpage_worker.py",
 )
@@ -53,11 +59,30 @@ def _imported_modules(node: ast.AST, package: str) -> list[str]:
     return [base, *(f"{base}.{alias.name}" for alias in node.names)]
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+
+
+def import_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """The statements of a module that run when it is imported: no function body, no ``if TYPE_CHECKING``."""
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue  # an import statement can stand only in the body, which runs when called
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def imports_of(path: Path, root: Path = ROOT) -> set[Path]:
-    """This repository's files that ``path`` imports (any import statement, wherever it stands)."""
+    """This repository's files that importing ``path`` loads (its import statements that run at import)."""
     package = _package_of(path, root)
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in import_time_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         for module in _imported_modules(node, package):
             if module.partition(".")[0] in LOCAL_PACKAGES and (target := module_path(module, root)):
                 found.add(target)

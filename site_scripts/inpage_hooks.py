@@ -3,13 +3,15 @@
 Scope (mkdocs.yml lists this file under ``hooks:``):
 
 1. Marking. After a page is rendered, every code block that is exactly a toy command
-   (``python -m mini_deepinfer`` with plain flags) gets a hidden ``<div class="inpage-run">`` after it (after
+   (``python -m mini_deepinfer`` with plain flags, or ``python -m mini_deepinfer.pipeline_demo --toy ...``,
+   the A/B/C demo on the toy runner) gets a hidden ``<div class="inpage-run">`` after it (after
    its output block, where one follows), and so does every ``pycon`` or untitled ``python`` example that
    imports nothing but the engine's core and the standard library. ``docs/javascripts/inpage-run.js`` turns
    each into a Run button with an editor; with JavaScript off the page is unchanged. A table that a page makes
-   from the toy demo's trace (``snippets/toy/demo-rounds.md``) is wrapped in a marked ``<div>`` so that the
-   script can draw the same table for the reader's own run; a command with ``--pipeline`` gets the table of
-   rounds in flight.
+   from a demo's trace (``snippets/toy/demo-rounds.md``, ``snippets/abc/rounds.md``) is wrapped in a marked
+   ``<div>`` so that the script can draw the same table for the reader's own run; the A/B/C demo gets its
+   round table on every page (lessons 3 and 4 show it as a picture), and a command with ``--pipeline`` gets
+   the table of rounds in flight.
 2. Shipping. After the build, the pinned Pyodide runtime (``site_scripts/pyodide.json``, fetched once by the
    set-up with ``site_scripts/fetch_pyodide.py``) is copied to ``assets/inpage/pyodide/`` and the engine's
    files are zipped to ``assets/inpage/engine.zip`` (``site_scripts/inpage_bundle.py``). Without the
@@ -44,13 +46,17 @@ from site_scripts.inpage_bundle import bundle_files, write_zip  # noqa: E402
 RUNTIME_ENV = "MINI_DEEPINFER_PYODIDE"
 ASSETS = Path("assets") / "inpage"
 SCRIPT = Path("javascripts") / "inpage-run.js"  # only the build that writes it gets the runtime
-PAGE_TABLES = {"snippets/toy/demo-rounds.md": "rounds"}
+PAGE_TABLES = {"snippets/toy/demo-rounds.md": "rounds", "snippets/abc/rounds.md": "abc-rounds"}
 """A generated table a page shows -> the name of the renderer that draws it for a new run."""
 BLOCK = re.compile(r'<div class="language-(?P<lang>[\w-]+) highlight"><pre>.*?</pre></div>', re.DOTALL)
 OUTPUT_AFTER = re.compile(r'\s*(?:<!--.*?-->\s*)*<div class="language-text highlight"><pre>.*?</pre></div>',
                           re.DOTALL)
 TAG = re.compile(r"<[^>]+>")
-COMMAND = re.compile(r"python -m mini_deepinfer(?P<flags>(?: [\w.=-]+)*)")
+COMMAND = re.compile(r"python -m (?P<command>mini_deepinfer(?:\.pipeline_demo)?)(?P<flags>(?: [\w.=-]+)*)")
+COMMAND_TABLES = {"mini_deepinfer.pipeline_demo": "abc-rounds"}
+"""A command -> the table its run always gets (else the page's own table, if any)."""
+NEEDS_FLAG = {"mini_deepinfer.pipeline_demo": "--toy"}
+"""A command -> the flag without which it loads torch: only its runs with that flag are marked."""
 CORE_MODULES = re.compile(r"mini_deepinfer(\.core(\.\w+)?)?")
 EDITABLE = "mini_deepinfer/"  # the files a reader may open in the page's editor
 
@@ -120,12 +126,14 @@ def is_core_only(code: str) -> bool:
         m.partition(".")[0] in sys.stdlib_module_names for m in others)
 
 
-def marker(kind: str, value: str, files: str, table: str = "") -> str:
+def marker(kind: str, value: str, files: str, table: str = "", command: str = "") -> str:
     """The hidden element the page's script turns into a Run button (JavaScript off: nothing shows).
 
     ``files`` lists the engine files the page's editor offers; empty when the build has no runtime.
+    ``command`` is the module a command block runs (``python -m COMMAND``).
     """
-    attrs = {"data-inpage-kind": kind, "data-inpage-value": value, "data-inpage-table": table,
+    attrs = {"data-inpage-kind": kind, "data-inpage-command": command, "data-inpage-value": value,
+             "data-inpage-table": table,
              "data-inpage-runtime": "yes" if files else "no", "data-inpage-files": files}
     shown = " ".join(f'{name}="{html.escape(text, quote=True)}"' for name, text in attrs.items() if text)
     return f'<div class="inpage-run" {shown} hidden></div>'
@@ -134,9 +142,11 @@ def marker(kind: str, value: str, files: str, table: str = "") -> str:
 def _widget_for(lang: str, text: str, files: str, page_table: str) -> tuple[str, bool] | None:
     """(marker, whether it goes after the output block) for one code block, or None."""
     if lang in ("bash", "console", "shell", "sh") and (command := COMMAND.fullmatch(text)):
-        flags = command["flags"].strip()
-        table = "in-flight" if "--pipeline" in flags.split() else page_table
-        return marker("command", flags, files, table), True
+        name, flags = command["command"], command["flags"].strip()
+        if name in NEEDS_FLAG and NEEDS_FLAG[name] not in flags.split():
+            return None
+        table = "in-flight" if "--pipeline" in flags.split() else COMMAND_TABLES.get(name, page_table)
+        return marker("command", flags, files, table, name), True
     if lang == "pycon" and is_core_only(code := session_code(text)):
         return marker("session", code, files), False
     if lang in ("python", "py") and is_core_only(text):

@@ -24,10 +24,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-COMMAND = "python -m mini_deepinfer"
+COMMANDS = {"mini_deepinfer": "mini_deepinfer.__main__",
+            "mini_deepinfer.pipeline_demo": "mini_deepinfer.pipeline_demo"}
+"""The commands a page can run (``python -m NAME``) -> the module whose ``main(argv)`` runs."""
+NEEDS_TORCH = {"mini_deepinfer.pipeline_demo": "--toy"}
+"""A command -> the flag without which it loads torch, which the page does not have."""
 EDITABLE = "mini_deepinfer/"  # the reader may edit the engine's files, not this module or the generators
 KEEP = {__name__}
-TABLES = ("rounds", "in-flight")
+TABLES = ("rounds", "abc-rounds", "in-flight")
 
 _root = Path(".")
 _originals: dict[str, str] = {}
@@ -90,52 +94,91 @@ def _print_traceback(error: BaseException, skip: int = 1) -> None:
     traceback.print_exception(type(error), error, tb, file=sys.stderr)
 
 
-def run_command(flags: str, table: str = "") -> str:
-    """Run ``python -m mini_deepinfer FLAGS``; return JSON ``{"code": exit code, "table": ... or null}``.
+def run_command(flags: str, table: str = "", command: str = "mini_deepinfer") -> str:
+    """Run ``python -m COMMAND FLAGS``; return JSON ``{"code": exit code, "table": ... or null}``.
 
-    A flag error is the command's own one-line ``error: ...`` with exit code 2; an exception from an edited
-    engine shows as its traceback (exit code 1).
+    A flag error is the command's own one-line ``error: ...`` with exit code 2, and so is a run that would
+    need torch; an exception from an edited engine shows as its traceback (exit code 1).
     """
     try:
         argv = shlex.split(flags)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return json.dumps({"code": 2, "table": None})
-    engines: list[Any] = []
+    if command in NEEDS_TORCH and NEEDS_TORCH[command] not in argv:
+        print(f"error: without {NEEDS_TORCH[command]} this command loads torch, which the page does not "
+              "have; run it in a terminal", file=sys.stderr)
+        return json.dumps({"code": 2, "table": None})
+    run = Recording()
     try:
-        code = _run_recording(argv, engines)
+        code = run.main(COMMANDS[command], argv)
     except Exception as error:  # the reader's edit broke something: show it as Python would
         _print_traceback(error, skip=2)
         code = 1
-    events = engines[-1].trace.events if engines else None
-    rows = render_table(table, events) if events is not None and table else None
+    rows = render_table(table, run) if run.engines and table else None
     return json.dumps({"code": code, "table": rows})
 
 
-def _run_recording(argv: list[str], engines: list[Any]) -> int:
-    """The command's ``main(argv)``, keeping the engine its demo ran (for the trace table)."""
-    import mini_deepinfer.__main__ as command
+class Recording:
+    """A command's ``main(argv)``, keeping the engine its demo ran and, for the A/B/C demo, the pools after
+    each round (for the trace tables)."""
 
-    demo = command.run_demo
+    def __init__(self) -> None:
+        self.engines: list[Any] = []
+        self.snapshots: Any = None
 
-    def recording(args: Any, print_line: Any = print) -> Any:
-        engine = demo(args, print_line)
-        engines.append(engine)
-        return engine
+    def main(self, module_name: str, argv: list[str]) -> int:
+        import importlib
 
-    command.run_demo = recording
-    try:
-        return int(command.main(argv))
-    finally:
-        command.run_demo = demo
+        command = importlib.import_module(module_name)
+        patched = {"run_demo": self._recording(command.run_demo)}
+        if hasattr(command, "drive"):  # the A/B/C demo: snapshot the pools after every step
+            patched["drive"] = self._snapshotting(command.drive)
+        kept = {name: getattr(command, name) for name in patched}
+        for name, function in patched.items():
+            setattr(command, name, function)
+        try:
+            return int(command.main(argv))
+        finally:
+            for name, function in kept.items():
+                setattr(command, name, function)
+
+    def _recording(self, demo: Any) -> Any:
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            engine = demo(*args, **kwargs)
+            self.engines.append(engine)
+            return engine
+        return recording
+
+    def _snapshotting(self, drive: Any) -> Any:
+        from site_scripts.gen_abc import RoundSnapshots
+
+        def snapshotting(engine: Any, requests: Any, after_step: Any = lambda: None) -> None:
+            self.snapshots = RoundSnapshots()
+            self.snapshots.engine = engine
+
+            def both() -> None:
+                after_step()
+                self.snapshots()
+            drive(engine, requests, after_step=both)
+        return snapshotting
 
 
-def render_table(kind: str, events: list[Any]) -> list[list[str]] | None:
-    """The rows of the table ``kind`` for a run's trace events (cells as the page writes them)."""
+def _cells(row: str) -> list[str]:
+    return [cell.strip() for cell in row.strip().strip("|").split("|")]
+
+
+def render_table(kind: str, run: Recording) -> list[list[str]] | None:
+    """The rows of the table ``kind`` for a run (cells as the page writes them)."""
+    events = run.engines[-1].trace.events
     if kind == "rounds":
         from site_scripts.gen_toy import _round_rows
 
-        return [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in _round_rows(events)]
+        return [_cells(row) for row in _round_rows(events)]
+    if kind == "abc-rounds" and run.snapshots is not None:
+        from site_scripts.gen_abc import round_rows
+
+        return [_cells(row) for row in round_rows(events, run.snapshots.after)]
     if kind == "in-flight":
         return in_flight_rows(events)
     return None

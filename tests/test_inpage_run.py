@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 import json
 import re
+import subprocess
+import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 FINAL_LINES = ["req-0: [12, 13, 14] (length)", "req-1: [21, 22] (eos)", "Free slots: 8/8"]
 COMMAND_PAGES = ["", "quickstart/", "lessons/01-life-of-a-request/", "lessons/02-stopping-and-giving-back/",
+                 "lessons/03-batching/", "lessons/04-chunked-prefill/", "walkthroughs/abc/",
                  "lessons/10-cross-round/", "lessons/11-stops-across-rounds/"]
 FIRST_OUTPUT_BOUND_MS = 15_000
 STOP_BOUND_MS = 2_000
@@ -138,17 +141,52 @@ def edit(editor: Locator, old: str, new: str) -> None:
 def test_shipped_engine_is_the_package_files_byte_for_byte_without_torch(tmp_path: Path) -> None:
     names = inpage_bundle.write_zip(tmp_path / "engine.zip")
     assert {"mini_deepinfer/__init__.py", "mini_deepinfer/__main__.py", ENGINE, "mini_deepinfer/tools/cli.py",
-            "site_scripts/gen_toy.py"} <= set(names)
+            "mini_deepinfer/pipeline_demo.py", "site_scripts/gen_toy.py", "site_scripts/gen_abc.py",
+            } <= set(names)
     with zipfile.ZipFile(tmp_path / "engine.zip") as archive:
         assert archive.namelist() == names
         for name in names:
             data = archive.read(name)
             assert data == (ROOT / name).read_bytes(), f"{name} differs from the package's file"
-            imported = [alias.name for node in ast.walk(ast.parse(data)) if isinstance(node, ast.Import)
-                        for alias in node.names]
-            imported += [node.module or "" for node in ast.walk(ast.parse(data))
-                         if isinstance(node, ast.ImportFrom)]
+            nodes = inpage_bundle.import_time_nodes(ast.parse(data))
+            imported = [alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names]
+            imported += [node.module or "" for node in nodes if isinstance(node, ast.ImportFrom)]
             assert not [m for m in imported if m.partition(".")[0] == "torch"], f"{name} imports torch"
+
+
+# Runs each command a page can run, from the unzipped engine alone: no site-packages (`-S`), no repository on
+# the path (`-I`), and torch refused even if the interpreter had it; the page's tables are made as well.
+SHIPPED_RUNS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise ImportError("torch is not shipped")
+sys.meta_path.insert(0, Refuse())
+from site_scripts import inpage_worker
+inpage_worker.load_originals(sys.argv[1])
+runs = [("", "rounds", "mini_deepinfer"), ("--pipeline", "in-flight", "mini_deepinfer"),
+        ("--toy", "abc-rounds", "mini_deepinfer.pipeline_demo"),
+        ("--toy --pipeline", "in-flight", "mini_deepinfer.pipeline_demo"),
+        ("", "", "mini_deepinfer.pipeline_demo")]
+results = [json.loads(inpage_worker.run_command(*run)) for run in runs]
+print(json.dumps({"results": results, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_every_command_a_page_runs_needs_only_the_shipped_files(tmp_path: Path) -> None:
+    inpage_bundle.write_zip(tmp_path / "engine.zip")
+    with zipfile.ZipFile(tmp_path / "engine.zip") as zipped:
+        zipped.extractall(tmp_path / "engine")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SHIPPED_RUNS, str(tmp_path / "engine")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert [r["code"] for r in report["results"]] == [0, 0, 0, 0, 2] and report["torch"] is False
+    assert all(r["table"] for r in report["results"][:4])
+    assert proc.stderr.splitlines()[-1].startswith("error: without --toy this command loads torch")
+    assert "Free slots: KV 36/36, state 3/3" in proc.stdout
 
 
 def test_shipped_engine_holds_every_core_module_the_command_imports() -> None:
@@ -254,6 +292,26 @@ def test_lesson_10_pipeline_ends_alike_and_its_table_shows_a_round_in_flight(
     assert last_lines(result["output"], 3) == FINAL_LINES
     rows = [row.split("\t") for row in widget.locator(".inpage-run__table tbody tr").all_inner_texts()]
     assert any(row[3].strip() not in ("—", "") for row in rows), rows  # a round launched, not yet read
+
+
+@in_browser
+def test_lesson_3_toy_run_draws_the_abc_round_table_whose_rounds_are_the_models(
+    page: Page, base_url: str
+) -> None:
+    widget = widget_on(page, base_url + "en/lessons/03-batching/", "--toy")
+    result = run_widget(widget)
+    assert last_lines(result["output"], 1) == ["Free slots: KV 36/36, state 3/3"]
+    rows = [row.split("\t") for row in widget.locator(".inpage-run__table tbody tr").all_inner_texts()]
+    table = (ROOT / "snippets" / "abc" / "rounds.md").read_text(encoding="utf-8")
+    model_rows = [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in table.splitlines()]
+    committed = 3  # the only column whose token ids differ between the toy runner and the model
+    assert [row[:committed] + row[committed + 1:] for row in rows] == [
+        row[:committed] + row[committed + 1:] for row in model_rows]
+    assert [row[committed] for row in rows] != [row[committed] for row in model_rows]
+    widget.locator("input.inpage-run__flags").fill("")
+    result = run_widget(widget)
+    assert result["code"] == "2"
+    assert result["output"].startswith("error: without --toy this command loads torch")
 
 
 @in_browser

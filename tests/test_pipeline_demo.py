@@ -3,9 +3,12 @@
 A's long prompt is chunked over several rounds and no round exceeds the budget; B finishes first; C waits at
 least one round and then runs in the KV slots and the state slot B gave back; every slot is free at the end;
 each request gets the greedy tokens it gets alone. Both synchronous and cross-round execution are checked.
+With ``--toy`` (lesson 1's toy runner, no torch) every round is the same; only the token ids differ.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -104,6 +107,27 @@ def test_each_request_gets_the_tokens_it_gets_alone(demo, alone):
     _, engine, _ = demo
     assert {rid: r.output_token_ids for rid, r in engine.requests.items()} == alone
     assert all(r.finish_reason.value == "length" for r in engine.requests.values())
+
+
+TOKEN_LISTS = re.compile(r"(?<!slots=)(?<!prompt=)\[[\d, ?]*\]")
+"""A list of token ids in a demo line: every bracketed list but the slots and the prompts."""
+
+
+def without_token_ids(line: str) -> str:
+    return TOKEN_LISTS.sub(lambda m: f"<{len(m[0].split(','))} ids>", line)
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["synchronous", "cross_round"])
+def test_the_toy_runner_gets_the_same_rounds_as_the_model(model, pipeline):
+    model_lines: list[str] = []
+    toy_lines: list[str] = []
+    run_demo(DemoOptions(pipeline=pipeline), model_lines.append, model=model)
+    toy = run_demo(DemoOptions(pipeline=pipeline, toy=True), toy_lines.append)
+    assert toy_lines[0].startswith("Toy runner") and model_lines[0].startswith("Random tiny Qwen3.5")
+    assert len(toy_lines) == len(model_lines) > 40
+    for toy_line, model_line in zip(toy_lines[1:], model_lines[1:]):
+        assert without_token_ids(toy_line) == without_token_ids(model_line)
+    assert toy.requests["B"].output_token_ids == [9, 10, 11, 12, 13]  # the toy's tokens: last input + 1
 
 
 def test_help_is_english_and_exits_0(capsys):

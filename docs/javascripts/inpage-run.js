@@ -23,7 +23,7 @@
   const BASE = new URL("../assets/inpage/", script.src).href;
   const WORKER = new URL("inpage-worker.js", script.src).href;
   const EDIT_KEY = "mini-deepinfer.inpage.edit:";
-  const COMMAND = "python -m mini_deepinfer";
+  const command = (box) => "python -m " + (box.dataset.inpageCommand || "mini_deepinfer");
 
   const TEXT = {
     zh: {
@@ -45,6 +45,9 @@
       rounds: "这次运行的逐轮表（由这次运行的 trace 事件生成）",
       inFlight: "这次运行每一步发出、读回的轮次，以及之后仍在途的轮次",
       inFlightHead: ["轮", "发出", "读回", "之后在途的轮次"],
+      abcRounds: "这次运行的逐轮表（由这次运行的 trace 事件和每轮结束时的槽位池生成）",
+      abcHead: ["轮", "算什么（请求 阶段 位置）", "token 数", "提交", "结束与归还", "之后的 KV 空闲, 未预留",
+        "之后的状态槽位空闲", "还在排队"],
     },
     en: {
       run: "Run in the page",
@@ -65,6 +68,9 @@
       rounds: "The rounds of this run (from this run's trace events)",
       inFlight: "Rounds launched and read at each step of this run, and the rounds still in flight after it",
       inFlightHead: ["Round", "Launched", "Read", "In flight after it"],
+      abcRounds: "The rounds of this run (from this run's trace events and the slot pools after each round)",
+      abcHead: ["Round", "What runs (request, phase, positions)", "Tokens", "Committed", "Finished and freed",
+        "KV free after, unreserved", "State slots free after", "Still waiting"],
     },
   };
   const lang = (document.documentElement.lang || "zh").startsWith("en") ? "en" : "zh";
@@ -148,18 +154,21 @@
     const button = element("button", { type: "button", class: "md-button inpage-run__run", disabled: "" }, [note]);
     box.append(button);
     if (kind === "command") {
-      const command = [COMMAND, box.dataset.inpageValue || ""].join(" ").trim();
-      box.append(element("pre", { class: "inpage-run__local" }, [element("code", { text: command })]));
+      const line = [command(box), box.dataset.inpageValue || ""].join(" ").trim();
+      box.append(element("pre", { class: "inpage-run__local" }, [element("code", { text: line })]));
     }
     box.hidden = false;
   }
 
+  const TABLE_TEXT = { rounds: ["rounds", null], "abc-rounds": ["abcRounds", "abcHead"], "in-flight": ["inFlight", "inFlightHead"] };
+
   function tableFrom(box, kind, rows) {
     const pageTable = document.querySelector(`.inpage-table[data-inpage-table="${kind}"] table`);
+    const [captionKey, headKey] = TABLE_TEXT[kind] || TABLE_TEXT["in-flight"];
     const table = element("table");
     if (pageTable && pageTable.tHead) table.append(pageTable.tHead.cloneNode(true));
     else {
-      const head = element("tr", {}, TEXT[lang].inFlightHead.map((cell) => element("th", { text: cell })));
+      const head = element("tr", {}, TEXT[lang][headKey || "inFlightHead"].map((cell) => element("th", { text: cell })));
       table.append(element("thead", {}, [head]));
     }
     const body = element("tbody");
@@ -171,7 +180,7 @@
       body.append(element("tr", {}, cells));
     });
     table.append(body);
-    const caption = t(kind === "rounds" ? "rounds" : "inFlight");
+    const caption = t(captionKey);
     return element("div", { class: "inpage-run__table md-typeset__table" }, [element("p", { text: caption }), table]);
   }
 
@@ -182,7 +191,7 @@
     const parts = {};
     parts.input =
       kind === "command"
-        ? element("input", { class: "inpage-run__flags", type: "text", spellcheck: "false", "aria-label": COMMAND })
+        ? element("input", { class: "inpage-run__flags", type: "text", spellcheck: "false", "aria-label": command(box) })
         : element("textarea", { class: "inpage-run__code", spellcheck: "false", rows: "8" });
     parts.input.value = initial;
     parts.run = element("button", { type: "button", class: "md-button md-button--primary inpage-run__run" }, [t("run")]);
@@ -194,7 +203,7 @@
     }
     const line =
       kind === "command"
-        ? element("label", { class: "inpage-run__command" }, [element("span", { text: "$ " + COMMAND + " " }), parts.input])
+        ? element("label", { class: "inpage-run__command" }, [element("span", { text: "$ " + command(box) + " " }), parts.input])
         : parts.input;
     parts.select = element("select", { class: "inpage-run__files" }, [element("option", { value: "", text: t("choose") })]);
     files.forEach((path) => parts.select.append(element("option", { value: path, text: path })));
@@ -257,7 +266,7 @@
       try {
         const reply = await send(
           {
-            type: "run", kind: box.dataset.inpageKind, value: parts.input.value,
+            type: "run", kind: box.dataset.inpageKind, command: box.dataset.inpageCommand || "", value: parts.input.value,
             table: box.dataset.inpageTable || "", edits: store.all(files),
           },
           onLine,

@@ -45,7 +45,7 @@ async function run(message, py) {
   const edited = py.apply_edits(JSON.stringify(message.edits || {})).toJs();
   const result =
     message.kind === "command"
-      ? py.run_command(message.value, message.table || "")
+      ? py.run_command(message.value, message.table || "", message.command || "mini_deepinfer")
       : message.kind === "session"
         ? py.run_example(message.value)
         : py.run_script(message.value);
