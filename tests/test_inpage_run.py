@@ -115,6 +115,11 @@ def shown_output(widget: Locator) -> str:
     )
 
 
+def drawn_rows(widget: Locator) -> list[list[str]]:
+    """The cells of the table the widget drew for its run."""
+    return [row.split("\t") for row in widget.locator(".inpage-run__table tbody tr").all_inner_texts()]
+
+
 def last_lines(output: str, n: int) -> list[str]:
     return output.rstrip("\n").splitlines()[-n:]
 
@@ -283,14 +288,13 @@ def test_lesson_2_exercise_in_the_page_leaks_three_slots_and_reset_returns_them(
 
 
 @in_browser
-@in_browser
 def test_lesson_10_pipeline_ends_alike_and_its_table_shows_a_round_in_flight(
     page: Page, base_url: str
 ) -> None:
     widget = widget_on(page, base_url + "en/lessons/10-cross-round/", "--pipeline")
     result = run_widget(widget)
     assert last_lines(result["output"], 3) == FINAL_LINES
-    rows = [row.split("\t") for row in widget.locator(".inpage-run__table tbody tr").all_inner_texts()]
+    rows = drawn_rows(widget)
     assert any(row[3].strip() not in ("—", "") for row in rows), rows  # a round launched, not yet read
 
 
@@ -301,7 +305,7 @@ def test_lesson_3_toy_run_draws_the_abc_round_table_whose_rounds_are_the_models(
     widget = widget_on(page, base_url + "en/lessons/03-batching/", "--toy")
     result = run_widget(widget)
     assert last_lines(result["output"], 1) == ["Free slots: KV 36/36, state 3/3"]
-    rows = [row.split("\t") for row in widget.locator(".inpage-run__table tbody tr").all_inner_texts()]
+    rows = drawn_rows(widget)
     table = (ROOT / "snippets" / "abc" / "rounds.md").read_text(encoding="utf-8")
     model_rows = [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in table.splitlines()]
     committed = 3  # the only column whose token ids differ between the toy runner and the model
