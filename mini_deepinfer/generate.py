@@ -479,7 +479,7 @@ def run(argv: list[str]) -> int:
     with in_flag_terms(FLAGS):
         engine = build_engine(loaded.target.model, options.engine_config(),
                               draft=loaded.draft.model if loaded.draft else None,
-                              trace=Trace(listener=out.event), graphs=graphs,
+                              trace=Trace(listener=out.event), use_graphs=graphs,
                               compile_step=graphs and options.compile)
     requests = [engine.new_request(rid, ids, p) for rid, ids, p in zip(rids, token_ids, params)]
     start = time.perf_counter()

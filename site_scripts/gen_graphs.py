@@ -1,10 +1,10 @@
 """The run of the graph-execution note: which rounds run on static buffers, in which bucket, with what tokens.
 
 Scope: a random tiny Qwen3.5 on the CPU, three greedy requests through a cross-round ``BatchEngine`` built
-with ``graphs=True``, printed one line per round: what the round held, whether it ran eagerly or on a bucket's
-static buffers (a new bucket is laid out when first needed; on a GPU that is also when its graph is captured),
-and what it committed. Then the same requests eagerly, and whether the tokens agree. On a CPU nothing is
-captured: the static-buffer step runs as it is.
+with ``use_graphs=True``, printed one line per round: what the round held, whether it ran eagerly or on a
+bucket's static buffers (every bucket is laid out when the engine is built, and on a GPU its graph is
+captured then), and what it committed. Then the same requests eagerly, and whether the tokens agree. On a
+CPU nothing is captured: the static-buffer step runs as it is.
 Non-scope: timing (``python -m mini_deepinfer.bench.rounds``, ``python -m mini_deepinfer.bench.gpu``).
 """
 
@@ -27,7 +27,7 @@ def run_engine(model: torch.nn.Module, graphs: bool) -> tuple[dict[str, list[int
     """Run the requests; return each one's tokens and, with graphs, one line per round."""
     from mini_deepinfer.runtime.factory import build_engine
 
-    engine = build_engine(model, CONFIG, graphs=graphs)
+    engine = build_engine(model, CONFIG, use_graphs=graphs)
     for rid, (prompt, new) in REQUESTS.items():
         engine.submit(rid, prompt, SamplingParams(max_new_tokens=new))
     lines = []

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mini_deepinfer import EngineConfig, SamplingParams
+from mini_deepinfer.models import build_model
 from mini_deepinfer.models.kernels.cpu import SKINNY_MIN_INPUT, Linear
 from mini_deepinfer.models.kernels.deltanet import (
     causal_conv_ref,
@@ -26,7 +28,9 @@ from mini_deepinfer.models.kernels.norm import (
     rms_norm_ref,
     rms_scale,
 )
-from mini_deepinfer.models.layers import Folded, SwiGLUMLP
+from mini_deepinfer.models.layers import Folded, SwiGLUMLP, merged_projections
+from mini_deepinfer.models.presets import qwen3_5_config
+from mini_deepinfer.runtime.factory import build_engine
 from site_scripts.common import ROOT
 
 GRAPH_PATH_CEILING = 1_300
@@ -120,6 +124,35 @@ def test_merged_projection_equals_its_parts_and_follows_a_load():
     mlp.load_state_dict(other.state_dict())  # by the checkpoint's names, into the merged weight
     assert set(mlp.state_dict()) == {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}
     torch.testing.assert_close(mlp(x), plain(other))
+
+
+def test_a_built_model_loads_into_its_merged_weights_and_its_first_step_copies_none():
+    model = build_model(qwen3_5_config("tiny"), torch.float32, "cpu", seed=0)
+    merged = merged_projections(model)
+    assert len(merged) == 2 * len(model.model.layers)  # per layer: gate/up, and q/k/v or qkv/z/b/a
+    before = [(m.weight.data_ptr(), [p.weight.data_ptr() for p in m.parts]) for m in merged]
+    reference = build_model(qwen3_5_config("tiny"), torch.float32, "cpu", seed=1)
+    model.load_state_dict(reference.state_dict())  # by the checkpoint's names, into the merged matrices
+    engine = build_engine(model, EngineConfig(kv_capacity=16, max_num_seqs=1))
+    engine.submit("a", [1, 2, 3], SamplingParams(max_new_tokens=3))
+    engine.run()
+    assert [(m.weight.data_ptr(), [p.weight.data_ptr() for p in m.parts]) for m in merged] == before
+    expected = build_engine(reference, EngineConfig(kv_capacity=16, max_num_seqs=1))
+    expected.submit("a", [1, 2, 3], SamplingParams(max_new_tokens=3))
+    expected.run()
+    assert engine.requests["a"].output_token_ids == expected.requests["a"].output_token_ids
+
+
+def test_a_cast_model_merges_its_weights_again_on_first_use():
+    model = build_model(qwen3_5_config("tiny"), torch.float32, "cpu", seed=0)
+    x = randn(2, model.config.hidden_size)
+    mlp = model.model.layers[0].mlp
+    expected = mlp(x).to(torch.bfloat16)
+    model.to(torch.bfloat16)
+    assert mlp.gate_up.weight.dtype == torch.float32  # the parts were replaced; the old matrix is stale
+    torch.testing.assert_close(mlp(x.to(torch.bfloat16)), expected, atol=0.05, rtol=0.05)
+    assert mlp.gate_up.weight.dtype == torch.bfloat16
+    assert mlp.gate_proj.weight.data_ptr() == mlp.gate_up.weight.data_ptr()
 
 
 def test_folded_constant_is_recomputed_after_an_in_place_write_only():

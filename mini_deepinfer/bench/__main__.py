@@ -223,7 +223,8 @@ def time_engine(model, prompt_ids: list[list[int]], new_tokens: int,
     config = EngineConfig(kv_capacity=capacity, max_num_seqs=len(prompt_ids),
                           max_batched_tokens=max(sum(map(len, prompt_ids)), len(prompt_ids)))
     key = (capacity, len(prompt_ids), graphs, compile_step)  # the warm-up run captures; timed runs replay
-    engine = build_engine(model, config, graphs=graphs, compile_step=compile_step, runner=RUNNERS.get(key))
+    engine = build_engine(model, config, use_graphs=graphs, compile_step=compile_step,
+                          runner=RUNNERS.get(key))
     RUNNERS[key] = engine.runner
     for i, ids in enumerate(prompt_ids):
         engine.submit(f"r{i}", ids, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))

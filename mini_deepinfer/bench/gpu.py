@@ -150,7 +150,7 @@ def launches_without_sync(device: str, graphs: bool, rounds: int = 24, *, model:
     if model is None:
         model = build_model(qwen3_5_config("small"), torch.bfloat16, device, seed=0)
     config = EngineConfig(kv_capacity=1024, max_num_seqs=4, max_batched_tokens=256, pipeline=True)
-    engine = build_engine(model, config, graphs=graphs)
+    engine = build_engine(model, config, use_graphs=graphs)
     for i in range(4):
         engine.submit(f"r{i}", list(range(5, 21 + 8 * i)), SamplingParams(max_new_tokens=rounds + 8))
     for _ in range(4):  # the prefill, and the first decode rounds, outside the check
@@ -189,7 +189,7 @@ def graphs_equal_eager(device: str, preset: str = "small", compile_step: bool = 
     for graphs in (False, True):
         config = EngineConfig(kv_capacity=1024, max_num_seqs=4, max_batched_tokens=64, chunked_prefill=True,
                               pipeline=True)
-        engine = build_engine(model, config, graphs=graphs, compile_step=graphs and compile_step)
+        engine = build_engine(model, config, use_graphs=graphs, compile_step=graphs and compile_step)
         for i in range(4):
             engine.submit(f"r{i}", list(range(3 + i, 40 + 9 * i)), SamplingParams(max_new_tokens=48))
         engine.run()

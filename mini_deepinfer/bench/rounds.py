@@ -243,7 +243,7 @@ def make_engine(model: CausalLM, workload: Workload, pipeline: bool, graphs: boo
     n = workload.num_requests
     config = EngineConfig(kv_capacity=workload.kv_capacity, max_num_seqs=n,
                           max_batched_tokens=sum(workload.prompt_lens), pipeline=pipeline)
-    engine = build_engine(model, config, graphs=graphs, compile_step=compile_step,
+    engine = build_engine(model, config, use_graphs=graphs, compile_step=compile_step,
                           runner=runner.inner if runner else None)
     # the same runner, clocks around its calls
     engine.runner = runner = runner or TimedRunner(engine.runner, device_module(engine.runner.device))

@@ -17,7 +17,7 @@ from mini_deepinfer.models.config import (
     config_from_hf_dict,
 )
 from mini_deepinfer.models.forward_batch import ForwardBatch
-from mini_deepinfer.models.layers import CausalLM
+from mini_deepinfer.models.layers import CausalLM, merged_projections
 from mini_deepinfer.models.qwen2 import Qwen2ForCausalLM
 from mini_deepinfer.models.qwen3_5 import Qwen35ForCausalLM
 
@@ -56,6 +56,8 @@ def build_model(
     with torch.device("meta"):
         model = model_class(config)
     model = model.to(dtype=dtype).to_empty(device=device)
+    for merged in merged_projections(model):
+        merged.share_storage()  # before any weight is written: loading fills the merged matrices directly
     model.tie_weights()
     if seed is not None:
         model.init_random_weights(seed)

@@ -58,14 +58,17 @@ class Folded:
 class Merged:
     """Several ``Linear`` layers on the same input as one matrix product (q/k/v, gate/up, ...).
 
-    The parts keep their checkpoint names; when first used (and after a load), their weights are
-    concatenated into one matrix and each part's weight becomes a view of it, so the merged weight costs no
-    memory and a later load into the parts by name writes into it.
+    The parts keep their checkpoint names, and each part's weight is a view of one merged matrix, so the
+    merged weight costs no memory and a load into the parts by name writes into it. ``build_model`` makes
+    the merged matrix before anything is loaded (``share_storage``); where the parts are not views of it (a
+    model built otherwise, or cast or moved since), the first use concatenates them once and re-points them.
     """
 
     def __init__(self, *parts: nn.Linear) -> None:
         self.parts = parts
         self.sizes = [p.out_features for p in parts]
+        self.weight: torch.Tensor | None = None  # the matrix the parts' weights are views of
+        self.bias: torch.Tensor | None = None
         self.folded = Folded(self._merge)
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -75,15 +78,42 @@ class Merged:
         return list(linear(x, weight, bias).split(self.sizes, dim=-1))
 
     @torch.no_grad()
+    def share_storage(self) -> None:
+        """Make the parts views of one new, uninitialised merged weight (and bias); nothing is copied."""
+        like = self.parts[0].weight
+        weight = torch.empty(sum(self.sizes), like.shape[1], dtype=like.dtype, device=like.device)
+        has_bias = self.parts[0].bias is not None
+        bias = torch.empty(sum(self.sizes), dtype=like.dtype, device=like.device) if has_bias else None
+        self._point_parts_at(weight, bias)
+
+    @torch.no_grad()
     def _merge(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        n = len(self.parts)
-        weight = torch.cat(tensors[:n])
-        bias = torch.cat(tensors[n:]) if len(tensors) > n else None
+        if not self._parts_are_views():
+            n = len(self.parts)
+            bias = torch.cat(tensors[n:]) if len(tensors) > n else None
+            self._point_parts_at(torch.cat(tensors[:n]), bias)
+        return self.weight, self.bias
+
+    def _point_parts_at(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         for part, w, b in zip(self.parts, weight.split(self.sizes), _split(bias, self.sizes)):
             part.weight.data = w
             if b is not None:
                 part.bias.data = b
-        return weight, bias
+        self.weight, self.bias = weight, bias
+
+    def _parts_are_views(self) -> bool:
+        """Whether each part still is its slice of ``self.weight`` (casting or moving a model replaces it)."""
+        if self.weight is None:
+            return False
+        slices = zip(self.parts, self.weight.split(self.sizes), _split(self.bias, self.sizes))
+        return all((p.weight.data_ptr(), p.weight.dtype, p.weight.device) == (w.data_ptr(), w.dtype, w.device)
+                   and (b is None or p.bias.data_ptr() == b.data_ptr()) for p, w, b in slices)
+
+
+def merged_projections(model: nn.Module) -> list[Merged]:
+    """Every ``Merged`` of ``model``'s modules (they are plain attributes, not submodules)."""
+    return [value for module in model.modules() for value in vars(module).values()
+            if isinstance(value, Merged)]
 
 
 def _split(bias: torch.Tensor | None, sizes: list[int]) -> list[torch.Tensor | None]:

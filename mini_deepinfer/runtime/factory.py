@@ -56,8 +56,8 @@ def check_draft(config: EngineConfig, has_draft: bool) -> None:
 # --8<-- [start:build_engine]
 def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | None = None,
                  batching: bool = True, trace: Trace | None = None, keep_logits: bool = False,
-                 use_graphs: bool = False, runner: ModelRunner | None = None,
-                 graphs: bool | None = None, compile_step: bool = False) -> Engine:
+                 use_graphs: bool = False, compile_step: bool = False,
+                 runner: ModelRunner | None = None) -> Engine:
     """Build the engine that runs ``model``: its cache, its runner (with the draft's, if any), the engine.
 
     Args:
@@ -70,14 +70,13 @@ def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | Non
         keep_logits: the runner also hands back each sampled row's logits (tests compare them).
         use_graphs: run plain greedy decode rounds on static buffers, every bucket captured as a graph (on an
             accelerator) now, before any request (``runtime.graphs``); a speculative runner always runs
-            eagerly. ``graphs`` is its former name, still accepted.
+            eagerly.
         compile_step: the graph path's decode step goes through ``torch.compile``, every bucket compiled now
             (``DecodeGraphs(compile=True)``); it needs ``use_graphs`` and no draft.
         runner: reuse the runner of an earlier engine whose requests have all finished (its cache, and the
             graphs it has captured, as a server keeps them from one batch of requests to the next).
     """
     check_draft(config, draft is not None)
-    use_graphs = use_graphs or bool(graphs)
     if compile_step and (not use_graphs or draft is not None):
         raise ValueError("compile_step compiles the graph path's decode step: it needs use_graphs=True and "
                          "no draft model")
