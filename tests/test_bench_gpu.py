@@ -97,7 +97,9 @@ def test_every_step_is_a_command_of_the_package_and_writes_its_own_file(tmp_path
 def test_the_quick_plan_fits_its_wall_time_and_every_step_has_a_budget(tmp_path):
     plan = steps(Plan("cuda:0", tmp_path, tmp_path, quick=True))
     assert [s.name for s in plan] == list(QUICK_BUDGETS_S)
-    assert sum(s.budget_s for s in plan) <= QUICK_WALL_S <= 360
+    default = select(plan, None, lambda s: True)
+    assert [s.name for s in default] == [name for name in QUICK_BUDGETS_S if name not in gpu.ON_REQUEST]
+    assert sum(s.budget_s for s in default) <= QUICK_WALL_S <= 360
     full = steps(Plan("cuda:0", tmp_path, tmp_path))
     assert [s.name for s in full] == [s.name for s in plan] and all(s.budget_s is None for s in full)
     text = gpu.format_plan(plan, QUICK_WALL_S)
@@ -336,6 +338,27 @@ def test_the_check_only_file_says_no_synchronising_call_can_be_caught_on_a_cpu(t
     assert result["sync_debug_mode"] is None and result["device"]["type"] == "cpu"
     assert [r["graphs"] for r in result["no_stall"]] == [False, True]
     assert result["graphs_equal_eager"]["passed"] and result["graphs_equal_eager"]["first_difference"] == {}
+
+
+def test_the_compiled_check_runs_only_when_named_and_its_file_fails_when_the_tokens_differ(
+    tmp_path, monkeypatch
+):
+    plan = steps(Plan("cuda:0", tmp_path, tmp_path, quick=True))
+    (compiled,) = select(plan, ["compiled"], lambda s: True)
+    assert compiled.compiled
+    assert compiled.argv[:3] == ("mini_deepinfer.bench.gpu", "--check-only", "--compile")
+    calls = []
+
+    def differing(device, preset, compile_step=False, work=gpu.Workload()):
+        calls.append((compile_step, work))
+        return {"passed": False, "compiled": compile_step, "first_difference": {"r0": 3}}
+
+    monkeypatch.setattr(gpu, "graphs_equal_eager", differing)
+    assert main(["--check-only", "--compile", "--device", "cpu", "--output-dir", str(tmp_path)]) == 1
+    assert calls == [(True, gpu.COMPILED_WORKLOAD)]
+    result = json.loads((tmp_path / "bench" / "compiled-equal-eager-cpu.json").read_text())
+    assert result["dtype"] == "float32" and result["graphs_equal_eager"]["first_difference"] == {"r0": 3}
+    assert not (tmp_path / "bench" / "no-stall-cpu.json").exists()
 
 
 def test_first_difference_names_the_first_position_that_differs():

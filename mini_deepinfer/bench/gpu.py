@@ -9,7 +9,9 @@ Scope: on one GPU (or NPU), in this order, each step the same command a reader w
 4. ``bench.speculative`` (what speculation costs on the device);
 5. the no-stall check (``--check-only``): steady decode rounds whose ``launch`` runs under
    ``torch.cuda.set_sync_debug_mode("error")``, eager and with graphs, and graphs against eager in float32;
-6. the three record commands of the records contribution page on the random checkpoints.
+6. the three record commands of the records contribution page on the random checkpoints;
+7. on request only (``--steps compiled``): ``--check-only --compile``, the compiled step's greedy tokens
+   against eager execution in float32 (``ON_REQUEST``: its compiling is kept out of the quick wall time).
 
 ``--quick`` runs the same steps with fewer repeats and shorter decodes, inside ``QUICK_WALL_S`` of wall time:
 it prints the plan with each step's budget first (``QUICK_BUDGETS_S``: plan budgets, never results), stops a
@@ -64,7 +66,12 @@ QUICK_BUDGETS_S = {
     "speculative": 25,  # about 9 cases x 3 runs x 11 rounds of two models on the small preset
     "no-stall": 25,  # three small models built, 24 + 4 rounds each way, 4 x 48 tokens compared twice
     "record-batched": 22, "record-cross-round": 25, "record-speculative": 22,
+    # on request only (ON_REQUEST): 4 buckets of the small preset compiled once each, no device figure yet
+    "compiled": 90,
 }
+ON_REQUEST = {"compiled"}
+"""Steps that run only when ``--steps`` names them (a second device command): how long compiling takes on a
+device is not known yet, so it is kept out of the ``QUICK_WALL_S`` of the default plan."""
 PROMPTS = ["用两句话解释 KV Cache 的作用。", "What is 1 plus 1? Answer in one short sentence."]
 SYNC_ERROR = "called a synchronizing"
 """The start of torch's message under ``set_sync_debug_mode("error")`` (``called a synchronizing CUDA
@@ -173,7 +180,22 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
                 min(len(a), len(b)))
 
 
-def graphs_equal_eager(device: str, preset: str = "small", compile_step: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Workload:
+    """The requests and cache of a graphs-against-eager comparison: prompts of 37, 46, ... tokens."""
+
+    kv_capacity: int = 1024
+    max_num_seqs: int = 4
+    requests: int = 4
+    new_tokens: int = 48
+
+
+COMPILED_WORKLOAD = Workload(kv_capacity=128, max_num_seqs=2, requests=2, new_tokens=20)
+"""Two requests whose contexts cross from the 64-key bucket into the 128-key one: 4 buckets to compile."""
+
+
+def graphs_equal_eager(device: str, preset: str = "small", compile_step: bool = False,
+                       work: Workload = Workload()) -> dict[str, Any]:
     """Float32, greedy: the tokens with graphs (with ``compile_step``, their step compiled) equal the tokens
     without, request by request."""
     import torch
@@ -187,24 +209,29 @@ def graphs_equal_eager(device: str, preset: str = "small", compile_step: bool = 
     model = build_model(qwen3_5_config(preset, initializer_range=0.1), torch.float32, device, seed=0)
     outputs = {}
     for graphs in (False, True):
-        config = EngineConfig(kv_capacity=1024, max_num_seqs=4, max_batched_tokens=64, chunked_prefill=True,
-                              pipeline=True)
+        config = EngineConfig(kv_capacity=work.kv_capacity, max_num_seqs=work.max_num_seqs,
+                              max_batched_tokens=64, chunked_prefill=True, pipeline=True)
         engine = build_engine(model, config, use_graphs=graphs, compile_step=graphs and compile_step)
-        for i in range(4):
-            engine.submit(f"r{i}", list(range(3 + i, 40 + 9 * i)), SamplingParams(max_new_tokens=48))
+        params = SamplingParams(max_new_tokens=work.new_tokens)
+        for i in range(work.requests):
+            engine.submit(f"r{i}", list(range(3 + i, 40 + 9 * i)), params)
         engine.run()
+        made_s = engine.runner.capture_s  # the graphs engine (the last): buckets made, compiled, captured
         outputs[graphs] = {rid: r.output_token_ids for rid, r in engine.requests.items()}
     differ = {rid: first_difference(tokens, outputs[True][rid]) for rid, tokens in outputs[False].items()}
     compared = sum(map(len, outputs[False].values()))
     return {"passed": outputs[True] == outputs[False], "compiled": compile_step, "tokens_compared": compared,
-            "first_difference": {rid: pos for rid, pos in differ.items() if pos is not None}}
+            "first_difference": {rid: pos for rid, pos in differ.items() if pos is not None},
+            "buckets_made_s": made_s}
 
 
-def check_only(device: str, out: Path, preset: str, argv: list[str]) -> int:
+def check_only(device: str, out: Path, preset: str, argv: list[str], compile_step: bool = False) -> int:
     """The no-stall check, eager and with graphs, and graphs against eager; ``bench/no-stall-KIND.json``.
 
     On CUDA every checked launch runs under ``set_sync_debug_mode("error")``. On a CPU (a dry run) nothing
-    can catch a synchronising call: the file says so (``sync_debug_mode: null``) and checks the rest.
+    can catch a synchronising call: the file says so (``sync_debug_mode: null``) and checks the rest. With
+    ``compile_step`` only the compiled step is checked against eager execution (``COMPILED_WORKLOAD``), into
+    ``bench/compiled-equal-eager-KIND.json``.
     """
     import torch
 
@@ -220,15 +247,21 @@ def check_only(device: str, out: Path, preset: str, argv: list[str]) -> int:
     def model() -> Any:
         return build_model(qwen3_5_config(preset), torch.bfloat16, device, seed=0)
 
-    result = {**provenance("gpu", argv, where, torch.bfloat16), "preset": preset,
-              "sync_debug_mode": "error" if where.type == "cuda" else None,
-              "no_stall": [launches_without_sync(device, g, model=model()) for g in (False, True)],
-              "graphs_equal_eager": graphs_equal_eager(device, preset)}
+    if compile_step:
+        result = {**provenance("gpu", argv, where, torch.float32), "preset": preset,
+                  "graphs_equal_eager": graphs_equal_eager(device, preset, True, COMPILED_WORKLOAD)}
+        name, shown = f"compiled-equal-eager-{where.type}.json", ("graphs_equal_eager",)
+    else:
+        result = {**provenance("gpu", argv, where, torch.bfloat16), "preset": preset,
+                  "sync_debug_mode": "error" if where.type == "cuda" else None,
+                  "no_stall": [launches_without_sync(device, g, model=model()) for g in (False, True)],
+                  "graphs_equal_eager": graphs_equal_eager(device, preset)}
+        name, shown = f"no-stall-{where.type}.json", ("no_stall", "graphs_equal_eager")
     (out / "bench").mkdir(parents=True, exist_ok=True)
-    path = out / "bench" / f"no-stall-{where.type}.json"
-    path.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(json.dumps({k: result[k] for k in ("no_stall", "graphs_equal_eager")}, indent=1))
-    passed = all(r["passed"] for r in result["no_stall"]) and result["graphs_equal_eager"]["passed"]
+    text = json.dumps(result, indent=1, ensure_ascii=False) + "\n"
+    (out / "bench" / name).write_text(text, encoding="utf-8")
+    print(json.dumps({k: result[k] for k in shown}, indent=1))
+    passed = all(r["passed"] for r in result.get("no_stall", [])) and result["graphs_equal_eager"]["passed"]
     return 0 if passed else 1
 
 
@@ -341,9 +374,16 @@ def record_steps(p: Plan) -> list[Step]:
     ]
 
 
+def on_request_steps(p: Plan) -> list[Step]:
+    """The steps of ``ON_REQUEST``: the compiled step's float32 check."""
+    return [Step("compiled", ("mini_deepinfer.bench.gpu", "--check-only", "--compile", "--device", p.device,
+                              "--preset", p.shapes.small, "--output-dir", str(p.out)),
+                 execution="graphs", compiled=True)]
+
+
 def steps(p: Plan) -> list[Step]:
     """Every measurement, in order; with ``quick``, each with its budget from ``QUICK_BUDGETS_S``."""
-    plan = checkpoint_steps(p) + bench_steps(p) + record_steps(p)
+    plan = checkpoint_steps(p) + bench_steps(p) + record_steps(p) + on_request_steps(p)
     if not p.quick:
         return plan
     return [Step(s.name, s.argv, QUICK_BUDGETS_S[s.name], s.execution, s.needs, s.compiled) for s in plan]
@@ -351,9 +391,10 @@ def steps(p: Plan) -> list[Step]:
 
 
 def select(plan: list[Step], names: list[str] | None, present: Callable[[Step], bool]) -> list[Step]:
-    """The steps ``--steps`` names, in plan order, with each checkpoint they need that is not ``present``."""
+    """The steps ``--steps`` names, in plan order, with each checkpoint they need that is not ``present``;
+    without names every step but those run on request only."""
     if names is None:
-        return plan
+        return [s for s in plan if s.name not in ON_REQUEST]
     known = {s.name: s for s in plan}
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -564,13 +605,15 @@ def build_parser() -> OneLineParser:
                    help="run the plan on the cpu at the tiny shape: checks the commands, measures nothing")
     p.add_argument("--check-only", action="store_true", help="only the no-stall and graphs-vs-eager checks")
     p.add_argument("--preset", default="small", help="--check-only: the model shape (default small)")
+    p.add_argument("--compile", action="store_true",
+                   help="--check-only: only the compiled step's greedy tokens against eager, in float32")
     return p
 
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.check_only:
-        return check_only(args.device, args.output_dir, args.preset, argv)
+        return check_only(args.device, args.output_dir, args.preset, argv, args.compile)
     if args.dry_run:
         args.device = "cpu"
     p = Plan(args.device, args.output_dir, args.weights_dir, args.quick,
