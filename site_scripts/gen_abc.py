@@ -10,9 +10,13 @@ rows for a reader's run with :class:`RoundSnapshots` and :func:`round_rows`). No
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from mini_deepinfer.core.trace import Trace, TraceEvent, span
 from site_scripts.common import run_module, run_shell
+
+if TYPE_CHECKING:
+    from mini_deepinfer.core.batch import BatchEngine
 
 # Shown on lesson 4's page exactly like this; the doc test runs the page's copy and compares.
 NO_CHUNKING = ("python -m mini_deepinfer.pipeline_demo --no-chunked-prefill 2>&1 >/dev/null "
@@ -39,8 +43,8 @@ def _cells(events: list[TraceEvent]) -> tuple[str, str, str]:
 class RoundSnapshots:
     """Called after each ``step()`` of the demo (``drive``'s ``after_step``): the pools and the queue then."""
 
-    def __init__(self) -> None:
-        self.engine = None
+    def __init__(self, engine: BatchEngine) -> None:
+        self.engine = engine
         self.after: dict[int, str] = {}
 
     def __call__(self) -> None:
@@ -77,8 +81,8 @@ def rounds_table() -> str:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the command does
     try:
-        snapshots = RoundSnapshots()
-        engine = snapshots.engine = make_engine(demo_model(), DemoOptions(), Trace())
+        engine = make_engine(demo_model(), DemoOptions(), Trace())
+        snapshots = RoundSnapshots(engine)
         drive(engine, check_requests(engine), after_step=snapshots)
     finally:
         torch.set_num_threads(threads)

@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:  # MkDocs loads a hook by its path; `mike deploy` 
 
 from site_scripts.fetch_pyodide import default_dest, is_unpacked, read_pin  # noqa: E402
 from site_scripts.inpage_bundle import bundle_files, write_zip  # noqa: E402
+from site_scripts.inpage_worker import COMMANDS, EDITABLE, NEEDS_TORCH  # noqa: E402
 
 RUNTIME_ENV = "MINI_DEEPINFER_PYODIDE"
 ASSETS = Path("assets") / "inpage"
@@ -52,13 +53,12 @@ BLOCK = re.compile(r'<div class="language-(?P<lang>[\w-]+) highlight"><pre>.*?</
 OUTPUT_AFTER = re.compile(r'\s*(?:<!--.*?-->\s*)*<div class="language-text highlight"><pre>.*?</pre></div>',
                           re.DOTALL)
 TAG = re.compile(r"<[^>]+>")
-COMMAND = re.compile(r"python -m (?P<command>mini_deepinfer(?:\.pipeline_demo)?)(?P<flags>(?: [\w.=-]+)*)")
+COMMAND = re.compile(r"python -m (?P<command>%s)(?P<flags>(?: [\w.=-]+)*)"
+                     % "|".join(map(re.escape, sorted(COMMANDS, key=len, reverse=True))))
+"""A block that is exactly one of the commands the worker runs (``COMMANDS``), with plain flags."""
 COMMAND_TABLES = {"mini_deepinfer.pipeline_demo": "abc-rounds"}
 """A command -> the table its run always gets (else the page's own table, if any)."""
-NEEDS_FLAG = {"mini_deepinfer.pipeline_demo": "--toy"}
-"""A command -> the flag without which it loads torch: only its runs with that flag are marked."""
 CORE_MODULES = re.compile(r"mini_deepinfer(\.core(\.\w+)?)?")
-EDITABLE = "mini_deepinfer/"  # the files a reader may open in the page's editor
 
 
 def runtime_dir() -> Path | None:
@@ -143,8 +143,8 @@ def _widget_for(lang: str, text: str, files: str, page_table: str) -> tuple[str,
     """(marker, whether it goes after the output block) for one code block, or None."""
     if lang in ("bash", "console", "shell", "sh") and (command := COMMAND.fullmatch(text)):
         name, flags = command["command"], command["flags"].strip()
-        if name in NEEDS_FLAG and NEEDS_FLAG[name] not in flags.split():
-            return None
+        if name in NEEDS_TORCH and NEEDS_TORCH[name] not in flags.split():
+            return None  # without that flag the command loads torch: the page cannot run it
         table = "in-flight" if "--pipeline" in flags.split() else COMMAND_TABLES.get(name, page_table)
         return marker("command", flags, files, table, name), True
     if lang == "pycon" and is_core_only(code := session_code(text)):

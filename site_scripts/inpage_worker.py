@@ -31,7 +31,6 @@ NEEDS_TORCH = {"mini_deepinfer.pipeline_demo": "--toy"}
 """A command -> the flag without which it loads torch, which the page does not have."""
 EDITABLE = "mini_deepinfer/"  # the reader may edit the engine's files, not this module or the generators
 KEEP = {__name__}
-TABLES = ("rounds", "abc-rounds", "in-flight")
 
 _root = Path(".")
 _originals: dict[str, str] = {}
@@ -154,8 +153,7 @@ class Recording:
         from site_scripts.gen_abc import RoundSnapshots
 
         def snapshotting(engine: Any, requests: Any, after_step: Any = lambda: None) -> None:
-            self.snapshots = RoundSnapshots()
-            self.snapshots.engine = engine
+            self.snapshots = RoundSnapshots(engine)
 
             def both() -> None:
                 after_step()
