@@ -1,6 +1,7 @@
 # The README's two commands:
 #   make serve   set up, regenerate snippets/, serve the site at http://127.0.0.1:8000
 #   make test    set up, run every test (slow ones included)
+# and, while you work, `make test-quick`: every test that is not marked slow, in about two minutes.
 # Set-up, done once (stamp files make later runs quick):
 #   1. say in one line which Python was found and which one the site and the tests need, and stop there if it
 #      is too old (`make check-python` does only this);
@@ -40,7 +41,7 @@ check_python = $(1) -c 'import sys; found = tuple(sys.version_info[:3]); \
 NEWER_PYTHON := ; run make again with PYTHON set to a newer one (for example PYTHON=python3.12)
 STALE_VENV := ; $(VENV) was made with it: remove $(VENV), then run make again with PYTHON set to a newer one
 
-.PHONY: serve test snippets build clean venv setup check-python
+.PHONY: serve test test-quick snippets build clean venv setup check-python
 
 check-python:
 	@$(call check_python,$(PYTHON),$(NEWER_PYTHON))
@@ -73,8 +74,18 @@ snippets: $(STAMP)
 serve: snippets $(PYODIDE_STAMP)
 	$(BIN)/python -m mkdocs serve -a 127.0.0.1:8000
 
+# The suite runs on two workers (pytest-xdist). --dist loadgroup with the groups tests/conftest.py gives keeps a
+# file's tests on one worker and the session's shared work (one regeneration of snippets/, one site build) on
+# one worker each, so nothing is made twice. The 15 slowest tests are listed at the end of every run.
+PYTEST_WORKERS := -n 2 --dist loadgroup --durations=15
+
 test: setup
-	DEEPINFER_SDIST=$(abspath $(DEEPINFER_SDIST)) $(BIN)/python -m pytest
+	DEEPINFER_SDIST=$(abspath $(DEEPINFER_SDIST)) $(BIN)/python -m pytest $(PYTEST_WORKERS)
+
+# The quick loop while you work: every test but the slow ones (the regeneration, the site builds, the browser,
+# and the few model runs over ~20 s). It needs neither the sdist nor the Pyodide runtime.
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) -m "not slow"
 
 build: snippets $(PYODIDE_STAMP)
 	$(BIN)/python -m mkdocs build --strict --site-dir site

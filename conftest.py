@@ -25,6 +25,8 @@ Conventions for page authors:
       --8<-- "snippets/toy/demo.txt"
       ```
 
+* A block shown on several pages (the same language and code) runs once per test process; each page's shown
+  output is compared with that run.
 * ```` ```pycon ```` fences are doctests (``ELLIPSIS`` and ``NORMALIZE_WHITESPACE`` on), run in the pytest
   process.
 * A fence whose body is only ``--8<--`` includes is not run.
@@ -93,13 +95,27 @@ def _expected_output(shown: str) -> str:
     return "".join((ROOT / match["path"]).read_text(encoding="utf-8") for match in includes if match)
 
 
+# Several pages show the same command (lessons 3 and 4 and the A/B/C walkthrough all run pipeline_demo): each
+# distinct block runs once per test process, and every page that shows it is compared with that one run.
+_RUNS: dict[tuple[str, str], subprocess.CompletedProcess[str]] = {}
+
+
+def _completed(block: Block) -> subprocess.CompletedProcess[str]:
+    """The block run once from the repository root (cached by language and code for this process)."""
+    key = (block.lang, block.code)
+    if key not in _RUNS:
+        if block.lang == "python":
+            cmd = [sys.executable, "-c", block.code]
+        else:
+            cmd = ["bash", "-euo", "pipefail", "-c", block.code]
+        _RUNS[key] = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=command_env(),
+                                    timeout=TIMEOUT_S)
+    return _RUNS[key]
+
+
 def _run(example: Example) -> str | None:
     block: Block = example.parsed
-    if block.lang == "python":
-        cmd = [sys.executable, "-c", block.code]
-    else:
-        cmd = ["bash", "-euo", "pipefail", "-c", block.code]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=command_env(), timeout=TIMEOUT_S)
+    proc = _completed(block)
     if proc.returncode != 0:
         return f"exit {proc.returncode}\n--- code ---\n{block.code}--- stderr ---\n{proc.stderr}"
     if block.expected is not None:

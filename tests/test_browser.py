@@ -1,7 +1,8 @@
 """The built site in a real browser (headless Chromium), served the way it is hosted.
 
-Scope: one build of the site as the publishing workflow makes it (``mike deploy dev``: the site under
-``<site_url>dev/``, a ``versions.json`` beside the versions), served from 127.0.0.1 under that sub-path by a
+Scope: the session's one build of the site as the publishing workflow makes it (``mike deploy dev``: the site
+under ``<site_url>dev/``, a ``versions.json`` beside the versions; the ``hosted`` fixture of
+``tests/conftest.py``), served from 127.0.0.1 under that sub-path by a
 small static server that answers a missing path with the site's ``404.html``, as GitHub Pages does. Headless
 Chromium then opens every page of both languages (the list comes from the build's ``sitemap.xml``) and checks
 that no page logs a console error, that no request fails or leaves 127.0.0.1, that each page's language menu
@@ -22,20 +23,16 @@ a browser of its own.
 from __future__ import annotations
 
 import http.server
-import json
-import os
-import re
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
 import pytest
+from session_builds import Hosted
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page, Request, Route
@@ -43,7 +40,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = ROOT / "build" / "screenshots"
-VERSION = "dev"  # the copy the workflow publishes from main
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -76,29 +72,6 @@ pytestmark = [
     ),
 ]
 
-# what `mike deploy` builds: its MkDocs plugin appends the version to site_url (see mike.mkdocs_plugin)
-BUILD_AS_MIKE = """
-import sys
-from mkdocs.commands.build import build
-from mkdocs.config import load_config
-
-config = load_config("mkdocs.yml", site_dir=sys.argv[1], site_url=sys.argv[2])
-config.plugins.on_startup(command="build", dirty=False)
-try:
-    build(config)
-finally:
-    config.plugins.on_shutdown()
-"""
-
-
-@dataclass(frozen=True)
-class Hosted:
-    """The published tree on disk and where the site lives in it."""
-
-    root: Path  # what the server serves at "/"
-    site_dir: Path  # the built site: root / <site_url path> / VERSION
-    site_url: str  # the URL the site was built for (sitemap, canonical links)
-
 
 @dataclass
 class Visit:
@@ -112,33 +85,6 @@ class Visit:
     mermaid_blocks: int = 0
     mermaid_drawn: int = 0
     raw_attributes: list[str] = field(default_factory=list)  # headings or nav entries showing "{#id}"
-
-
-def configured_site_url() -> str:
-    found = re.search(r"^site_url:\s*(\S+)\s*$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
-    assert found, "mkdocs.yml sets no site_url"
-    return found[1]
-
-
-def _quiet_env() -> dict[str, str]:
-    return {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-
-
-@pytest.fixture(scope="module")
-def hosted(tmp_path_factory: pytest.TempPathFactory) -> Hosted:
-    root = tmp_path_factory.mktemp("pages")
-    base = configured_site_url()
-    prefix = root / urlsplit(base).path.strip("/")
-    site_dir = prefix / VERSION
-    site_url = urljoin(base, VERSION)
-    proc = subprocess.run(
-        [sys.executable, "-c", BUILD_AS_MIKE, str(site_dir), site_url],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=_quiet_env(),
-    )
-    assert proc.returncode == 0, f"the build failed:\n{proc.stderr[-6000:]}"
-    versions = [{"version": VERSION, "title": VERSION, "aliases": []}]
-    (prefix / "versions.json").write_text(json.dumps(versions), encoding="utf-8")
-    return Hosted(root, site_dir, site_url.rstrip("/") + "/")
 
 
 def _handler(root: Path, not_found: Path) -> type[http.server.SimpleHTTPRequestHandler]:

@@ -1,12 +1,13 @@
 """The toy commands and core-only examples run in the page itself, in a real browser, from the site alone.
 
-Scope: one strict build of the site with the pinned Pyodide runtime, served from 127.0.0.1; headless
-Chromium (through Playwright, as ``tests/test_browser.py`` drives it) clicks the Run buttons and reads what
-the page prints: the unedited runs print the page's own output blocks, the lessons' exercises done in the
-page change what the engine does, a reader's bug shows its traceback, Stop ends an endless loop, and no
-request leaves the local server. Also: the shipped engine is the package's own files, byte for byte, with no
-torch; the set-up refuses a runtime whose digest is not the pinned one; and a build without the runtime
-passes the strict build and the link checks, its buttons saying how to run the command locally.
+Scope: the session's one strict build of the site with the pinned Pyodide runtime (the ``hosted`` fixture of
+``tests/conftest.py``), served from 127.0.0.1; headless Chromium (through Playwright, as
+``tests/test_browser.py`` drives it) clicks the Run buttons and reads what the page prints: the unedited runs
+print the page's own output blocks, the lessons' exercises done in the page change what the engine does, a
+reader's bug shows its traceback, Stop ends an endless loop, and no request leaves the local server. Also: the
+shipped engine is the package's own files, byte for byte, with no torch; the set-up refuses a runtime whose
+digest is not the pinned one; and a build without the runtime passes the strict build and the link checks, its
+buttons saying how to run the command locally.
 
 Non-scope: the pages' text, and the engine's behaviour beyond what the pages show (its own tests).
 
@@ -25,8 +26,10 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import pytest
+from session_builds import Hosted, configured_site_url
 
 from site_scripts import fetch_pyodide, inpage_bundle
 from site_scripts.inpage_measure import CHROMIUM, Watch, browser, build_site, run_widget, serve
@@ -62,22 +65,15 @@ def in_browser(test: Callable[..., None]) -> Callable[..., None]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("inpage-site")
-    proc = build_site(out)
-    assert proc.returncode == 0, f"the build failed:\n{proc.stderr[-6000:]}"
-    return out
-
-
-@pytest.fixture(scope="module")
 def watch() -> Watch:
     return Watch()
 
 
 @pytest.fixture(scope="module")
-def base_url(site: Path) -> Iterator[str]:
-    with serve(site) as url:
-        yield url
+def base_url(hosted: Hosted) -> Iterator[str]:
+    """The session's one build, with the runtime, served as it is published (under its site_url's path)."""
+    with serve(hosted.root) as url:
+        yield url + urlsplit(hosted.site_url).path.lstrip("/")
 
 
 @pytest.fixture(scope="module")
@@ -372,14 +368,12 @@ def test_labels_follow_the_page_language(page: Page, base_url: str) -> None:
 def test_a_build_without_the_runtime_passes_the_checks_and_says_how_to_run_locally(
     tmp_path: Path, context: BrowserContext, watch: Watch
 ) -> None:
-    from tests.test_site_build import (
-        test_every_internal_link_of_the_built_site_resolves as links_resolve,
-    )
+    from test_site_build import links_to_nothing
 
     site = tmp_path / "site"
     proc = build_site(site, runtime=False)
     assert proc.returncode == 0, f"the strict build failed:\n{proc.stderr[-6000:]}"
-    links_resolve(site)
+    assert not links_to_nothing(site, urlsplit(configured_site_url()).path)
     assert not (site / "assets" / "inpage").exists()
     html = (site / "en/lessons/02-stopping-and-giving-back/index.html").read_text(encoding="utf-8")
     assert re.search(r'<div class="inpage-run"[^>]*data-inpage-runtime="no"[^>]*hidden>', html)

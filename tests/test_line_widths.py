@@ -1,12 +1,13 @@
 """Lesson lines a reader can see: no sideways scrolling at a 1300 px window, and a page that fits a phone.
 
-Scope: the 28 numbered lesson pages (zh and en) of the site built and served as ``tests/test_browser.py`` does
-(its ``hosted`` and ``base_url`` fixtures), opened in headless Chromium. At a 1300 px window it counts the
-output blocks (```` ```text ```` fences: traces and terminal output) and the code blocks (every other
-highlighted block) whose content is wider than the block (``scrollWidth > clientWidth``): no output block
-may be, and at least ``CODE_VISIBLE_SHARE`` of the code blocks must be whole. At a 390 px phone viewport no
-lesson page may be wider than the screen; a screenshot of lesson 13 there is written to ``build/screenshots/``
-for a person to look at. What makes the lines fit is ``docs/stylesheets/lines.css`` (see its comment).
+Scope: the 28 numbered lesson pages (zh and en) of the session's one build of the site, served as
+``tests/test_browser.py`` does (the ``hosted`` fixture and its ``base_url``), opened in headless Chromium. At
+a 1300 px window it counts the output blocks (```` ```text ```` fences: traces and terminal output) and the
+code blocks (every other highlighted block) whose content is wider than the block (``scrollWidth >
+clientWidth``): no output block may be, and at least ``CODE_VISIBLE_SHARE`` of the code blocks must be whole.
+At a 390 px phone viewport no lesson page may be wider than the screen; a screenshot of lesson 13 there is
+written to ``build/screenshots/`` for a person to look at. What makes the lines fit is
+``docs/stylesheets/lines.css`` (see its comment).
 
 Without a browser: every section of a Python file embedded in a lesson gets the file's own line numbers
 (``site_scripts/mkdocs_hooks.py``), so a ``file:line`` in the text can be found on the page.
@@ -23,9 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from session_builds import Hosted
 
-# base_url and hosted are test_browser's fixtures: the same build, served the same way
-from test_browser import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, Hosted, base_url, hosted  # noqa: F401
+# base_url is test_browser's fixture: the session's one build (``hosted``), served the same way
+from test_browser import CHROMIUM, CHROMIUM_FLAGS, SCREENSHOTS, base_url  # noqa: F401
 
 from site_scripts.mkdocs_hooks import with_source_line_numbers
 
@@ -119,7 +121,7 @@ def _report(cut: list[Block]) -> str:
 
 @pytest.mark.slow
 @NEEDS_CHROMIUM
-def test_all_twenty_eight_lesson_pages_are_measured(hosted: Hosted, blocks: list[Block]) -> None:  # noqa: F811
+def test_all_twenty_eight_lesson_pages_are_measured(hosted: Hosted, blocks: list[Block]) -> None:
     assert len(lesson_paths(hosted)) == 2 * LESSONS
     assert {b.page for b in blocks} == set(lesson_paths(hosted))
 

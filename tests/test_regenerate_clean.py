@@ -2,9 +2,10 @@
 
 Scope: ``site_scripts/regenerate.py`` in write mode. Output whose digits depend on the machine
 (``MACHINE_DEPENDENT``, the BF16 note's half-precision sums) is left as committed when this machine differs
-from the one that wrote it: only the machine differs there, not the code. The slow tests regenerate in a clone
-under ``tmp_path`` and check ``git status --porcelain``. Non-scope: whether the snippets are current
-(``test_snippets_current.py``) and what they say (their generators).
+from the one that wrote it: only the machine differs there, not the code. The slow tests write, in a clone of
+a copy of the working tree, what the session's one run of every generator rendered (the ``regeneration``
+fixture, ``regenerate --from``), and check ``git status --porcelain``. Non-scope: whether the snippets are
+current (``test_snippets_current.py``) and what they say (their generators).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from session_builds import Regeneration, git
 
 from site_scripts import regenerate
 from site_scripts.common import MachineDependent
@@ -47,34 +49,36 @@ def test_output_written_on_this_machine_is_written(tmp_path: Path, monkeypatch) 
     assert kept == texts and notes == []
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
-
-
-def clone(tmp_path: Path) -> Path:
+def clone(regeneration: Regeneration, tmp_path: Path) -> Path:
     repo = tmp_path / "clone"
-    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(repo)], check=True)
+    source = str(regeneration.repo)
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", source, str(repo)], check=True)
     return repo
 
 
-def regenerate_in(repo: Path, *args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "site_scripts.regenerate", *args], cwd=repo,
-                          capture_output=True, text=True, timeout=3600, check=False)
+def write_rendered(regeneration: Regeneration, repo: Path, *args: str) -> None:
+    """``regenerate`` in write mode in ``repo``, with the texts the session's one run rendered."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "site_scripts.regenerate", "--from", str(regeneration.texts), *args],
+        cwd=repo, capture_output=True, text=True, timeout=600, check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.slow
-def test_regenerating_bf16_written_on_another_machine_leaves_a_clone_clean(tmp_path: Path) -> None:
-    repo = clone(tmp_path)
+def test_regenerating_bf16_written_on_another_machine_leaves_a_clone_clean(
+    regeneration: Regeneration, tmp_path: Path
+) -> None:
+    repo = clone(regeneration, tmp_path)
     (repo / KERNELS).write_text(ELSEWHERE, encoding="utf-8")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "another machine")
-    regenerate_in(repo, "--only", "bf16")
+    write_rendered(regeneration, repo, "--only", "bf16")
     assert git(repo, "status", "--porcelain") == ""
     assert (repo / KERNELS).read_text(encoding="utf-8") == ELSEWHERE
 
 
 @pytest.mark.slow
-def test_regenerating_everything_leaves_a_clone_clean(tmp_path: Path) -> None:
-    repo = clone(tmp_path)
-    regenerate_in(repo)
+def test_regenerating_everything_leaves_a_clone_clean(regeneration: Regeneration, tmp_path: Path) -> None:
+    repo = clone(regeneration, tmp_path)
+    write_rendered(regeneration, repo)
     assert git(repo, "status", "--porcelain") == ""

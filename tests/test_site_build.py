@@ -1,40 +1,32 @@
 """The site builds with ``mkdocs build --strict`` and the result has what a reader needs.
 
-Scope: one strict build into a temporary folder (any warning, a missing snippet, a broken link or anchor
-fails it), then checks on the HTML: both languages are there, every page links to its other-language version,
-and no page shows an unprocessed ``--8<-- "path"`` include. Non-scope: the page text, and the rendering in a
-browser.
+Scope: the session's one strict build (the ``hosted`` fixture of ``tests/conftest.py``, built as the
+publishing workflow builds it; any warning, a missing snippet, a broken link or anchor fails it), then checks
+on the HTML: both languages are there, every page links to its other-language version, and no page shows
+an unprocessed ``--8<-- "path"`` include. Non-scope: the page text, and the rendering in a browser.
 """
 
 from __future__ import annotations
 
 import html
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from session_builds import Hosted
 
-ROOT = Path(__file__).resolve().parent.parent
 TAG = re.compile(r"<[^>]+>")
 # an include line that pymdownx.snippets left alone; section markers ("# --8<-- [start:x]") may show in the
 # API page's source views and are not includes
 RAW_INCLUDE = re.compile(r'-{1,}8<-{1,}\s+["\']')
 
+pytestmark = pytest.mark.slow  # the site build, made once per session, takes a minute or two
+
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-6000:]}"
-    return out
+def site(hosted: Hosted) -> Path:
+    return hosted.site_dir
 
 
 def zh_pages(site: Path) -> list[Path]:
@@ -79,14 +71,14 @@ def test_mermaid_is_served_by_the_site_itself(site: Path) -> None:
 
 
 HREF = re.compile(r'(?:href|src)="(?P<url>[^"]*)"')
-# absolute links (the 404 page's, the home link) start with the path of site_url
-SITE_URL = re.search(r"^site_url:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)[1]
-SITE_PATH = urlsplit(SITE_URL).path
 
 
-def test_every_internal_link_of_the_built_site_resolves(site: Path) -> None:
-    """The strict build checks links in Markdown pages; notebooks are rendered by nbconvert, whose links
-    mkdocs neither checks nor rewrites, so this checks every page's built links to a file of the site."""
+def links_to_nothing(site: Path, site_path: str) -> set[str]:
+    """Every built link or source, in any page of ``site``, to a file the site does not have.
+
+    ``site_path`` is the path of the URL the site was built for: absolute links (the 404 page's, the home
+    link) start with it.
+    """
     problems = set()
     for page in site.rglob("*.html"):
         for match in HREF.finditer(page.read_text(encoding="utf-8")):
@@ -94,12 +86,19 @@ def test_every_internal_link_of_the_built_site_resolves(site: Path) -> None:
             if not url or re.match(r"[a-z][a-z0-9+.-]*:|//", url):
                 continue  # same page, or another site
             if url.startswith("/"):
-                assert url.startswith(SITE_PATH), f"{page.relative_to(site)}: {url} is outside the site"
-                target = site / url.removeprefix(SITE_PATH).lstrip("/")
+                assert url.startswith(site_path), f"{page.relative_to(site)}: {url} is outside the site"
+                target = site / url.removeprefix(site_path).lstrip("/")
             else:
                 target = page.parent / url
             if target.is_dir():
                 target = target / "index.html"
             if not target.exists():
                 problems.add(f"{page.relative_to(site)}: {match['url']}")
+    return problems
+
+
+def test_every_internal_link_of_the_built_site_resolves(site: Path, hosted: Hosted) -> None:
+    """The strict build checks links in Markdown pages; notebooks are rendered by nbconvert, whose links
+    mkdocs neither checks nor rewrites, so this checks every page's built links to a file of the site."""
+    problems = links_to_nothing(site, urlsplit(hosted.site_url).path)
     assert not problems, "links to nothing:\n" + "\n".join(sorted(problems))

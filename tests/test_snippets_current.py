@@ -1,29 +1,26 @@
 """The generated files under snippets/ are current: regenerating them changes nothing.
 
-Scope: running every generator of ``site_scripts/gen_*.py`` (``python -m site_scripts.regenerate --check``)
-and comparing with the files the pages include; digits that depend on the CPU's kernels are compared only on
-the machine that wrote them, and the pages' claims about them everywhere. Non-scope: what the generators
-write (their owners test that).
+Scope: running every generator of ``site_scripts/gen_*.py`` (``python -m site_scripts.regenerate
+--check``, once per test session in a copy of the working tree: the ``regeneration`` fixture) and comparing
+with the files the pages include; digits that depend on the CPU's kernels are compared only on the machine
+that wrote them, and the pages' claims about them everywhere. Non-scope: what the generators write (their
+owners test that).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+from session_builds import Regeneration
 
 from site_scripts import regenerate
 from site_scripts.common import MachineDependent
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def test_regenerating_snippets_changes_nothing() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "site_scripts.regenerate", "--check"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
-    )
-    assert proc.returncode == 0, f"stale snippets; run `make snippets`:\n{proc.stdout}{proc.stderr}"
+@pytest.mark.slow
+def test_regenerating_snippets_changes_nothing(regeneration: Regeneration) -> None:
+    assert regeneration.returncode == 0, f"stale snippets; run `make snippets`:\n{regeneration.report}"
 
 
 def _group(claims: list[str]) -> MachineDependent:

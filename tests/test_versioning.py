@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from session_builds import git, repository_of_working_tree
 
 from mini_deepinfer.tools.records import RunRecord, package_version
 from site_scripts import mkdocs_hooks
@@ -210,17 +211,6 @@ def test_the_docs_workflow_builds_strictly_and_publishes_dev_and_release_tags() 
 # -- mike, for real, in a scratch repository ---------------------------------------------------------------
 
 
-def working_tree_files() -> list[str]:
-    """The files a commit of the working tree would hold: tracked and untracked, minus what git ignores."""
-    proc = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-    return [name for name in proc.stdout.split("\0") if name and (ROOT / name).is_file()]
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
-
-
 @pytest.fixture(scope="module")
 def scratch_pages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git repository holding a copy of the working tree; two versions deployed to ``scratch-pages``."""
@@ -228,16 +218,7 @@ def scratch_pages(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("git is not installed")
     mike = Path(sys.executable).parent / "mike"
     assert mike.exists(), "mike is not installed: pip install -e '.[docs]'"
-    repo = tmp_path_factory.mktemp("scratch") / "repo"
-    for name in working_tree_files():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, repo / name)
-    git(repo, "init", "--quiet", "--initial-branch=main")
-    git(repo, "config", "user.name", "scratch")
-    git(repo, "config", "user.email", "scratch@example.invalid")
-    git(repo, "config", "commit.gpgsign", "false")
-    git(repo, "add", "--all")
-    git(repo, "commit", "--quiet", "--message", "working tree")
+    repo = repository_of_working_tree(tmp_path_factory.mktemp("scratch") / "repo")
     # mike runs `mkdocs`: put this interpreter's bin/ first, as an activated virtual environment would
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PATH": path}
