@@ -63,23 +63,26 @@ def gpu_bench_table(path: Path) -> str:
     return f"{first}\n\n{origin}\n{rest}"
 
 
-# --- the cost model of lesson 10, in figures from the accelerator record -------------------------------------
+# --- lesson 10's cost model, in figures from the accelerator record ---
 
 COST_MODEL_TEXT = {
-    "en": ("Measured ({where}; `bench.rounds`, `small` preset, medians of {repeats} runs): a synchronous round "
-           "took {wall} ms. The host's own work took {host} ms of it, {launch} ms in `launch` and {engine} ms "
-           "scheduling and committing, and the host waited {wait} ms in `read`. The device's span for the "
-           "round (`round_device_ms`, between an event queued as `launch` starts and one queued as it ends) "
-           "was {device} ms. Host time plus device time would make {sum} ms, {times}× the round: the device "
-           "worked while the host was still launching. Cross-round, a round took {cross} ms ({ratio}× the "
-           "synchronous one); the most it could hide was the round's time outside `launch` (scheduling, "
-           "committing, the wait): {hideable} ms, {share}% of the round.\n"),
-    "zh": ("实测（{where}；`bench.rounds`，`small` 预设，{repeats} 次运行的中位数）：同步的一轮是 {wall} 毫秒。"
-           "其中主机自己的工作占 {host} 毫秒：`launch` 里 {launch} 毫秒，调度和提交 {engine} 毫秒；主机在 `read` "
-           "里等了 {wait} 毫秒。设备上这一轮的跨度（`round_device_ms`，从 `launch` 开始时排进流的 event 到它结束时"
-           "排进流的 event）是 {device} 毫秒。主机时间加设备时间是 {sum} 毫秒，是这一轮的 {times} 倍：主机还在发出时，"
-           "设备已经在算了。跨轮时一轮是 {cross} 毫秒（同步的 {ratio} 倍）；它最多能藏起来的是一轮里 `launch` 之外的"
-           "时间（调度、提交和等待）：{hideable} 毫秒，占一轮的 {share}%。\n"),
+    "en": ("Measured ({where}; `bench.rounds`, `small` preset, medians of {repeats} runs): a synchronous "
+           "round took {wall} ms. The host's own work took {host} ms of it, {launch} ms in `launch` and "
+           "{engine} ms scheduling and committing, and the host waited {wait} ms in `read`. The device's "
+           "span for the round (`round_device_ms`, between an event queued as `launch` starts and one queued "
+           "as it ends) was {device} ms. Host time plus device time would make {sum} ms, {times}× the round: "
+           "the device worked while the host was still launching. Cross-round, a round took {cross} ms "
+           "({ratio}× the synchronous one); the most it could hide was the round's time outside `launch` "
+           "(scheduling, committing, the wait): {hideable} ms, {share}% of the round.\n"),
+    "zh": ("实测（{where}；`bench.rounds`，`small` 预设，{repeats} 次运行的中位数）："
+           "同步的一轮是 {wall} 毫秒。其中主机自己的工作占 {host} 毫秒："
+           "`launch` 里 {launch} 毫秒，调度和提交 {engine} 毫秒；主机在 `read` 里等了 {wait} 毫秒。"
+           "设备上这一轮的跨度（`round_device_ms`，从 `launch` 开始时排进流的 event "
+           "到它结束时排进流的 event）是 {device} 毫秒。主机时间加设备时间是 {sum} 毫秒，"
+           "是这一轮的 {times} 倍：主机还在发出时，设备已经在算了。"
+           "跨轮时一轮是 {cross} 毫秒（同步的 {ratio} 倍）；"
+           "它最多能藏起来的是一轮里 `launch` 之外的时间（调度、提交和等待）："
+           "{hideable} 毫秒，占一轮的 {share}%。\n"),
 }
 COST_MODEL_WHERE = {
     "en": "one {device} at commit {sha}, {dtype}, eager",
@@ -95,7 +98,8 @@ def cost_model_figures(report: dict) -> dict[str, str]:
     host = median["round_host_ms"]  # the round less the read's wait: launch plus the engine's own work
     hideable = median["round_engine_ms"] + median["round_read_wait_ms"]
     return {
-        "wall": f"{median['round_wall_ms']:.2f}", "host": f"{host:.2f}", "launch": f"{median['round_launch_ms']:.2f}",
+        "wall": f"{median['round_wall_ms']:.2f}", "host": f"{host:.2f}",
+        "launch": f"{median['round_launch_ms']:.2f}",
         "engine": f"{median['round_engine_ms']:.2f}", "wait": f"{median['round_read_wait_ms']:.3f}",
         "device": f"{median['round_device_ms']:.2f}", "sum": f"{host + median['round_device_ms']:.2f}",
         "times": f"{(host + median['round_device_ms']) / median['round_wall_ms']:.2f}",
@@ -109,8 +113,8 @@ def cost_model_figures(report: dict) -> dict[str, str]:
 def cost_model(lang: str, path: Path = GPU_BENCH_JSON[0]) -> str:
     """Lesson 10's measured sentence in ``lang``: the record's round split into its host and device parts."""
     report = read_json(path)
-    where = COST_MODEL_WHERE[lang].format(device=report["device"]["name"], sha=report["source_sha"]["sha"][:7],
-                                          dtype=report["dtype"])
+    where = COST_MODEL_WHERE[lang].format(device=report["device"]["name"], dtype=report["dtype"],
+                                          sha=report["source_sha"]["sha"][:7])
     return COST_MODEL_TEXT[lang].format(where=where, **cost_model_figures(report))
 
 
