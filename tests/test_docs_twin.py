@@ -1,9 +1,10 @@
 """Twin pages: each Chinese page ``docs/x.md`` and its English ``docs/x.en.md`` show the same things.
 
 Scope: what must not differ between the languages: the snippet includes, the code blocks that run or show
-output (their bodies, not their titles), the doc-test markers and the explicit heading ids; plus the lesson
-skeleton of the lesson template. Non-scope: the prose (a translation is free), and whether the blocks run
-(conftest.py's doc tests do that on the Chinese pages only, which is sound because of this file).
+output (their bodies, not their titles), the doc-test markers, the boxes (admonitions, by kind) and the
+explicit heading ids; plus the lesson skeleton of the lesson template. Non-scope: the prose (a translation
+is free), and whether the blocks run (conftest.py's doc tests do that on the Chinese pages only, which is
+sound because of this file).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ FENCE = re.compile(
 COMPARED_LANGS = {"bash", "sh", "python", "pycon", "text"}
 INCLUDE = re.compile(r'^[ \t]*-{1,}8<-{1,}[ \t]+"(?P<path>[^"]+)"', re.M)
 MARKER = re.compile(r"<!--\s*((?:docs-test|pytest-codeblocks):[^>]*?)\s*-->")
+ADMONITION = re.compile(r"^[ \t]*(?:!!!|\?\?\?\+?)[ \t]+(?P<kind>[\w-]+)", re.M)  # a box: `!!! note "Title"`
 HEADING = re.compile(r"^(?P<level>#{1,6})[ \t]+.*?\{[^}]*#(?P<id>[\w-]+)[^}]*\}[ \t]*$", re.M)
 LESSON_IDS = ["run", "code", "what-to-notice", "deepinfer", "exercise", "next"]
 
@@ -108,6 +110,12 @@ def test_twins_carry_the_same_doc_test_markers_in_order(page: Path) -> None:
 def test_twins_have_the_same_heading_ids_in_order(page: Path) -> None:
     zh, en = read(page), read(twin_of(page))
     assert heading_ids(en) == heading_ids(zh)
+
+
+@pytest.mark.parametrize("page", TWINS, ids=rel)
+def test_twins_have_the_same_boxes_in_order(page: Path) -> None:
+    zh, en = read(page), read(twin_of(page))
+    assert ADMONITION.findall(without_code(en)) == ADMONITION.findall(without_code(zh))
 
 
 LESSONS = sorted((DOCS / "lessons").glob("[0-9][0-9]-*.md"))
