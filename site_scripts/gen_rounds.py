@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from site_scripts.common import SNIPPETS, read_json, run_module, run_shell
+from site_scripts.zh_tables import translate
 
 BENCH_JSON = SNIPPETS / "bench" / "rounds-cpu.json"
 GPU_BENCH_JSON = (SNIPPETS / "bench" / "cuda-h200-207e234" / "rounds-cuda-bf16-eager-207e234.json",)
@@ -61,6 +62,11 @@ def gpu_bench_table(path: Path) -> str:
         return table
     first, rest = table.split("\n", 1)  # the line that names the device, then the table
     return f"{first}\n\n{origin}\n{rest}"
+
+
+def gpu_bench_table_zh(path: Path) -> str:
+    """The accelerator report's table in Chinese, for the Chinese pages (``site_scripts/zh_tables.py``)."""
+    return translate(gpu_bench_table(path))
 
 
 # --- lesson 10's cost model, in figures from the accelerator record ---
@@ -123,9 +129,12 @@ OUTPUTS = {
         "mini_deepinfer", "--pipeline", "--cancel", "req-0", "--cancel-after-round", "2"),
     "rounds/generate-pipeline.txt": generate_pipeline,
     "bench/rounds-cpu.md": bench_table,
+    "bench/rounds-cpu.zh.md": lambda: translate(bench_table()),
     **{path.relative_to(SNIPPETS).with_suffix(".md").as_posix(): partial(bench_table, path)
        for path in TIMELINE_JSON},
     **{path.relative_to(SNIPPETS).with_suffix(".md").as_posix(): partial(gpu_bench_table, path)
+       for path in GPU_BENCH_JSON},
+    **{path.relative_to(SNIPPETS).with_suffix(".zh.md").as_posix(): partial(gpu_bench_table_zh, path)
        for path in GPU_BENCH_JSON},
     "rounds/cost-model.zh.md": partial(cost_model, "zh"),
     "rounds/cost-model.en.md": partial(cost_model, "en"),
