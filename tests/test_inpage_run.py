@@ -194,6 +194,15 @@ def test_every_command_a_page_runs_needs_only_the_shipped_files(tmp_path: Path) 
     assert "Free slots: KV 36/36, state 3/3" in proc.stdout
 
 
+def test_help_prints_the_usage_and_exits_0_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from site_scripts import inpage_worker
+
+    result = json.loads(inpage_worker.run_command("--help"))
+    out, err = capsys.readouterr()
+    assert result["code"] == 0 and out.startswith("usage: python -m mini_deepinfer") and err == ""
+    assert json.loads(inpage_worker.run_script("import sys; sys.exit(3)"))["code"] == 3
+
+
 def test_shipped_engine_holds_every_core_module_the_command_imports() -> None:
     names = {path.relative_to(ROOT).as_posix() for path in inpage_bundle.bundle_files()}
     core = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mini_deepinfer" / "core").glob("*.py")}
