@@ -348,6 +348,43 @@ def test_a_bad_flag_shows_the_commands_one_line_error(page: Page, base_url: str)
 
 
 @in_browser
+def test_help_is_a_clean_exit_in_the_page(page: Page, base_url: str) -> None:
+    widget = widget_on(page, base_url + "en/quickstart/")
+    widget.locator("input.inpage-run__flags").fill("--help")
+    result = run_widget(widget)
+    assert result["state"] == "done" and result["code"] == "0"
+    assert result["output"].startswith("usage: python -m mini_deepinfer")
+    assert "Traceback" not in result["output"]
+
+
+@in_browser
+def test_before_a_run_the_widget_shows_no_empty_strip_and_not_the_command_again(
+    page: Page, base_url: str
+) -> None:
+    widget = widget_on(page, base_url + "en/lessons/10-cross-round/", "--pipeline")
+    assert not widget.locator(".inpage-run__output").is_visible()
+    assert not widget.locator(".inpage-run__tables").is_visible()
+    assert not widget.locator(".inpage-run__status").first.is_visible()
+    assert "python -m" not in widget.locator(".inpage-run__command").inner_text()
+    flags = widget.locator("input.inpage-run__flags")
+    assert flags.get_attribute("placeholder") == "add flags here, e.g. --help"
+
+
+@in_browser
+def test_a_file_chosen_before_the_runtime_loads_says_so_until_it_shows(
+    page: Page, base_url: str
+) -> None:
+    widget = widget_on(page, base_url + "en/quickstart/")
+    widget.locator("details.inpage-run__editor > summary").click()
+    widget.locator("select.inpage-run__files").select_option(ENGINE)
+    note, editor = widget.locator(".inpage-run__file-note"), widget.locator("textarea.inpage-run__file")
+    assert note.inner_text().startswith("Loading the Python runtime") and not editor.is_editable()
+    page.wait_for_function("({box, path}) => box.dataset.inpageFile === path",
+                           arg={"box": widget.element_handle(), "path": ENGINE}, timeout=60_000)
+    assert not note.is_visible() and editor.is_editable() and "class Engine" in editor.input_value()
+
+
+@in_browser
 def test_stop_ends_an_endless_loop_within_two_seconds_and_the_next_run_works(
     page: Page, base_url: str
 ) -> None:
