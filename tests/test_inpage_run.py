@@ -203,6 +203,21 @@ def test_help_prints_the_usage_and_exits_0_without_a_traceback(capsys: pytest.Ca
     assert json.loads(inpage_worker.run_script("import sys; sys.exit(3)"))["code"] == 3
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_timings_table_tells_the_first_line_from_the_last_and_names_its_command(lang: str) -> None:
+    from site_scripts import gen_inpage
+
+    record = json.loads(gen_inpage.RECORD.read_text(encoding="utf-8"))
+    table = gen_inpage.timings_table(record, lang)
+    snippet = gen_inpage.RECORD.with_name("timings.md" if lang == "en" else "timings.zh.md")
+    assert snippet.read_text(encoding="utf-8") == table
+    values = [row.split(" | ")[1] for row in table.splitlines()[2:]]
+    first_line, last_line = values[2], values[3]
+    differ = record["first_run"]["click_to_first_line_ms"] != record["first_run"]["click_to_end_ms"]
+    assert (first_line != last_line) == differ
+    assert values[1] == "`python -m mini_deepinfer`" and "site_scripts.inpage_measure" in values[-1]
+
+
 def test_shipped_engine_holds_every_core_module_the_command_imports() -> None:
     names = {path.relative_to(ROOT).as_posix() for path in inpage_bundle.bundle_files()}
     core = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mini_deepinfer" / "core").glob("*.py")}
