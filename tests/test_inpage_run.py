@@ -211,7 +211,7 @@ def test_the_timings_table_tells_the_first_line_from_the_last_and_names_its_comm
     table = gen_inpage.timings_table(record, lang)
     snippet = gen_inpage.RECORD.with_name("timings.md" if lang == "en" else "timings.zh.md")
     assert snippet.read_text(encoding="utf-8") == table
-    values = [row.split(" | ")[1] for row in table.splitlines()[2:]]
+    values = [row.strip("| ").split(" | ")[1] for row in table.splitlines()[2:]]
     first_line, last_line = values[2], values[3]
     differ = record["first_run"]["click_to_first_line_ms"] != record["first_run"]["click_to_end_ms"]
     assert (first_line != last_line) == differ
