@@ -1,7 +1,8 @@
 """Twin pages: each Chinese page ``docs/x.md`` and its English ``docs/x.en.md`` show the same things.
 
 Scope: what must not differ between the languages: the snippet includes, the code blocks that run or show
-output (their bodies, not their titles), the doc-test markers, the boxes (admonitions, by kind) and the
+output (their bodies, not their titles; an English page may ask a one-prompt command's question in English,
+with that run's output), the doc-test markers, the boxes (admonitions, by kind) and the
 explicit heading ids; plus the lesson skeleton of the lesson template. Non-scope: the prose (a translation
 is free), and whether the blocks run (conftest.py's doc tests do that on the Chinese pages only, which is
 sound because of this file).
@@ -13,6 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from site_scripts.gen_generate import QUESTION, QUESTION_EN
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -91,14 +94,28 @@ def test_twins_include_the_same_snippets_in_order(page: Path) -> None:
     # a snippet written in each language counts as one, each page taking its own language's: x.zh.md beside
     # x.en.md, or beside x.md (an English snippet that other pages share, with its translation)
     zh, en = read(page), read(twin_of(page))
-    assert [p.replace(".en.md", ".md") for p in INCLUDE.findall(en)] == [
+    assert [p.replace(".en.md", ".md").replace(".en.txt", ".txt") for p in INCLUDE.findall(en)] == [
         p.replace(".zh.md", ".md") for p in INCLUDE.findall(zh)]
+
+
+def asked_in_chinese(body: str) -> str:
+    """An English page's block as its Chinese twin shows it: the English question (``gen_generate``) asked in
+    Chinese, and the output it includes (``x.en.txt``) the Chinese run's (``x.txt``)."""
+    return body.replace(f'"{QUESTION_EN}"', f'"{QUESTION}"').replace('.en.txt"', '.txt"')
 
 
 @pytest.mark.parametrize("page", TWINS, ids=rel)
 def test_twins_show_the_same_code_blocks_in_order(page: Path) -> None:
     zh, en = read(page), read(twin_of(page))
-    assert code_blocks(en) == code_blocks(zh)
+    assert [(lang, asked_in_chinese(body)) for lang, body in code_blocks(en)] == code_blocks(zh)
+
+
+@pytest.mark.parametrize("page", ["guide/run-guide.en.md", "guide/text-generation.en.md"])
+def test_english_guides_ask_one_prompt_in_english(page: str) -> None:
+    # README.en.md asks in English; a command of two prompts, or one behind a committed record, keeps the pair
+    one_prompt = [body for lang, body in code_blocks(read(DOCS / page))
+                  if lang == "bash" and body.count("--prompt ") == 1 and "snippets/records/" not in body]
+    assert one_prompt and not [body for body in one_prompt if QUESTION in body]
 
 
 @pytest.mark.parametrize("page", TWINS, ids=rel)
