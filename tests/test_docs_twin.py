@@ -167,3 +167,11 @@ def test_the_helpers_see_what_a_page_shows() -> None:
         ("text", '--8<-- "snippets/a.txt"\n'),
         ("python", "# not a heading {#no}\n"),
     ]
+
+
+def test_the_chinese_home_page_title_names_the_page_as_the_english_one_does() -> None:
+    # Material titles the site's root page with the site name alone; the English home (not the root) gets
+    # "Home - mini-DeepInfer" from the nav, so the Chinese one names itself in its front matter
+    nav_name = re.search(r"^  - (\S+): index\.md$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    front = re.match(r"---\n(.*?)\n---\n", read(DOCS / "index.md"), re.S)
+    assert nav_name and front and f"title: {nav_name[1]}" in front[1].splitlines()
