@@ -162,7 +162,7 @@ LINES = [  # whole lines outside the tables
      r"CPU with a dispatch mode \(views and allocations excluded\); run eagerly on an accelerator, each is "
      r"one kernel launch\.$",
      r"每个 decode 步派发的算子：\1 形状，随机权重，bfloat16，batch 1，在 CPU 上用 dispatch mode 数"
-     r"（视图和内存分配不计）；在加速器上 eager 执行时，每个算子就是一次 kernel 发射。"),
+     r"（视图和内存分配不计）；在加速器上 eager 执行时，每个算子就是主机发出的一个 kernel。"),
     (r"^Most common on the graph path: (.*)\.$", r"图路径上最多的算子：\1。"),
 ]
 
