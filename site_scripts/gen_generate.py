@@ -3,8 +3,9 @@
 Scope: ``--help``; the pages' example commands (one prompt, two prompts batched with chunked prefill,
 staggered arrival with the round trace, cross-round ``--pipeline``, sampled ``--stream``,
 ``--cancel-after-tokens``, ``--output`` with a look into the record), each run on a random ``tiny``
-checkpoint, and those with one prompt again with the question in English for the English pages; and lesson 9's look at the text layer (the rendered chat prompt, its token ids, the stop ids, and
-the streaming detokenizer fed one id at a time).
+checkpoint, and those with one prompt again with the question in English for the English pages; and lesson
+9's look at the text layer (the rendered chat prompt, its token ids, the stop ids, and the streaming
+detokenizer fed one id at a time).
 
 The checkpoint is written once per run of the generator, with the pages' settings (``--preset tiny --dtype
 float32``, seed 0), into ``weights/tiny`` under a temporary working folder. The example commands run there
