@@ -3,8 +3,9 @@
 Scope: ``--help``; the pages' example commands (one prompt, two prompts batched with chunked prefill,
 staggered arrival with the round trace, cross-round ``--pipeline``, sampled ``--stream``,
 ``--cancel-after-tokens``, ``--output`` with a look into the record), each run on a random ``tiny``
-checkpoint; and lesson 9's look at the text layer (the rendered chat prompt, its token ids, the stop ids, and
-the streaming detokenizer fed one id at a time).
+checkpoint, and those with one prompt again with the question in English for the English pages; and lesson
+9's look at the text layer (the rendered chat prompt, its token ids, the stop ids, and the streaming
+detokenizer fed one id at a time).
 
 The checkpoint is written once per run of the generator, with the pages' settings (``--preset tiny --dtype
 float32``, seed 0), into ``weights/tiny`` under a temporary working folder. The example commands run there
@@ -30,6 +31,9 @@ from site_scripts.common import GeneratorError, command_env, run_module
 
 CHECKPOINT = "weights/tiny"
 QUESTION = "用两句话解释 KV Cache 的作用。"
+QUESTION_EN = "Explain in two sentences what the KV cache is for."
+"""The English pages ask the same question in English where a command has this one prompt (README.en.md
+does the same); a command of two prompts, and every command behind a committed record, keeps this one."""
 STREAM_TEXT = "缓存😀龘"  # an emoji (one token, four bytes) and a rare character split over two tokens
 
 # The pages' commands after the checkpoint line, keyed by the snippet each one's output goes to.
@@ -111,12 +115,26 @@ def text_layer() -> str:
     return "\n".join(lines) + "\n"
 
 
+ENGLISH = ("generate/single.txt", "generate/stream.txt", "generate/output.txt")
+"""The examples that the English pages run with :data:`QUESTION_EN`, into ``*.en.txt`` beside the others."""
+
+
+def english(command: str) -> str:
+    """An example as the English pages print it: the one prompt asked in English."""
+    return command.replace(f'"{QUESTION}"', f'"{QUESTION_EN}"')
+
+
 def _example(path: str) -> Callable[[], str]:
     return lambda: run_example(EXAMPLES[path])
+
+
+def _english_example(path: str) -> Callable[[], str]:
+    return lambda: run_example(english(EXAMPLES[path]))
 
 
 OUTPUTS: dict[str, Callable[[], str]] = {
     "generate/help.txt": lambda: run_module("mini_deepinfer.generate", "--help"),
     **{path: _example(path) for path in EXAMPLES},
+    **{path.replace(".txt", ".en.txt"): _english_example(path) for path in ENGLISH},
     "generate/text-layer.txt": text_layer,
 }

@@ -1,4 +1,4 @@
-"""Kernels per decode step, counted on the CPU, by layer part: the table on the performance page.
+"""Operators per decode step, counted on the CPU, by layer part: the table on the performance page.
 
 Scope: the Qwen3.5-0.8B shape with random weights built in memory (no download), bfloat16, batch 1, one
 decode step after a short prefill, on the eager path and on the graph path (on a CPU the graph path runs the
@@ -12,10 +12,12 @@ in-flight gather, the forward, greedy argmax, the non-finite flag, the copy of t
 counts the forward and the sampling that follows it. Staging the round's inputs on the host is not counted.
 
 Non-scope: time (a kernel count is the same on every machine; its cost is not), other shapes and batches.
+The Chinese table is the English one translated (``site_scripts/zh_tables.py``), from the same count.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -175,19 +177,29 @@ def most_common(counter: KernelCount, n: int = 10) -> str:
     return ", ".join(f"`{name}` {count}" for name, count in counter.by_op.most_common(n))
 
 
+@functools.cache
 def kernels_text() -> str:
     """The snippet: the table, then the most common operators on the graph path."""
     torch.manual_seed(0)
     model = random_model()
     counts = {"eager": count_decode_step(model, graphs=False),
               "graph path": count_decode_step(model, graphs=True)}
-    head = (f"Kernels per decode step: {PRESET} shape, random weights, bfloat16, batch 1, CPU "
-            f"(dispatch-mode count; views and allocations excluded).")
+    head = (f"Operators per decode step: {PRESET} shape, random weights, bfloat16, batch 1, counted on the "
+            "CPU with a dispatch mode (views and allocations excluded); run eagerly on an accelerator, each "
+            "is one kernel launch.")
     return (f"{head}\n\n{table(model, counts)}\n\n"
             f"Most common on the graph path: {most_common(counts['graph path'])}.\n")
 
 
-OUTPUTS: dict[str, Callable[[], str]] = {"bench/kernels.md": kernels_text}
+def kernels_text_zh() -> str:
+    """The same snippet in Chinese, for the Chinese performance page."""
+    from site_scripts.zh_tables import translate
+
+    return translate(kernels_text())
+
+
+OUTPUTS: dict[str, Callable[[], str]] = {"bench/kernels.md": kernels_text,
+                                          "bench/kernels.zh.md": kernels_text_zh}
 
 if __name__ == "__main__":
     print(kernels_text(), end="")

@@ -185,4 +185,14 @@ def render(name: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-OUTPUTS = {f"bench/{name}.md": (lambda name=name: render(name)) for name in (*RESULTS, *GPU_RESULTS)}
+def render_zh(name: str) -> str:
+    """The same snippet in Chinese, for the Chinese performance page (``site_scripts/zh_tables.py``)."""
+    from site_scripts.zh_tables import translate
+
+    return translate(render(name))
+
+
+OUTPUTS = {
+    **{f"bench/{name}.md": (lambda name=name: render(name)) for name in (*RESULTS, *GPU_RESULTS)},
+    **{f"bench/{name}.zh.md": (lambda name=name: render_zh(name)) for name in (*RESULTS, *GPU_RESULTS)},
+}

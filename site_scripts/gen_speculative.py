@@ -15,6 +15,7 @@ import tempfile
 
 from mini_deepinfer.core.trace import span
 from site_scripts.common import SNIPPETS, read_json, run_module, run_shell
+from site_scripts.zh_tables import translate
 
 BENCH_JSON = SNIPPETS / "bench" / "speculative-cpu.json"
 DEMO = "mini_deepinfer.model_draft_demo"
@@ -133,4 +134,5 @@ OUTPUTS = {
     "speculative/stream-cancel.txt": stream_cancel,
     "speculative/bad-width.txt": lambda: run_shell(BAD_WIDTH),
     "bench/speculative-cpu.md": bench_table,
+    "bench/speculative-cpu.zh.md": lambda: translate(bench_table()),
 }

@@ -93,11 +93,23 @@ def _print_traceback(error: BaseException, skip: int = 1) -> None:
     traceback.print_exception(type(error), error, tb, file=sys.stderr)
 
 
+def exit_code(error: SystemExit) -> int:
+    """The exit status a terminal shows for ``SystemExit``: 0 for none, the number, or 1 with the message.
+
+    ``--help`` ends in ``SystemExit(0)``: a clean exit, as in a terminal, not a failure with a traceback.
+    """
+    if error.code is None or isinstance(error.code, int):
+        return int(error.code or 0)
+    print(error.code, file=sys.stderr)  # sys.exit("message") prints the message and exits with 1
+    return 1
+
+
 def run_command(flags: str, table: str = "", command: str = "mini_deepinfer") -> str:
     """Run ``python -m COMMAND FLAGS``; return JSON ``{"code": exit code, "table": ... or null}``.
 
     A flag error is the command's own one-line ``error: ...`` with exit code 2, and so is a run that would
-    need torch; an exception from an edited engine shows as its traceback (exit code 1).
+    need torch; ``--help`` prints the usage and exits 0; an exception from an edited engine shows as its
+    traceback (exit code 1).
     """
     try:
         argv = shlex.split(flags)
@@ -111,6 +123,8 @@ def run_command(flags: str, table: str = "", command: str = "mini_deepinfer") ->
     run = Recording()
     try:
         code = run.main(COMMANDS[command], argv)
+    except SystemExit as error:  # --help, or an edited engine calling sys.exit
+        code = exit_code(error)
     except Exception as error:  # the reader's edit broke something: show it as Python would
         _print_traceback(error, skip=2)
         code = 1
@@ -225,6 +239,8 @@ def run_example(source: str) -> str:
         _echo(lines[node.lineno - 1:node.end_lineno])
         try:
             exec(compile(ast.Interactive(body=[node]), "<stdin>", "single"), namespace)
+        except SystemExit as error:  # like the interactive prompt: exit() ends the session
+            return json.dumps({"code": exit_code(error), "table": None})
         except Exception as error:
             _print_traceback(error)
             failed = True
@@ -241,6 +257,8 @@ def run_script(source: str) -> str:
     except SyntaxError as error:
         traceback.print_exception(type(error), error, None, file=sys.stderr)
         return json.dumps({"code": 1, "table": None})
+    except SystemExit as error:
+        return json.dumps({"code": exit_code(error), "table": None})
     except Exception as error:
         _print_traceback(error)
         return json.dumps({"code": 1, "table": None})

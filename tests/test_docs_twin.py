@@ -1,9 +1,11 @@
 """Twin pages: each Chinese page ``docs/x.md`` and its English ``docs/x.en.md`` show the same things.
 
 Scope: what must not differ between the languages: the snippet includes, the code blocks that run or show
-output (their bodies, not their titles), the doc-test markers and the explicit heading ids; plus the lesson
-skeleton of the lesson template. Non-scope: the prose (a translation is free), and whether the blocks run
-(conftest.py's doc tests do that on the Chinese pages only, which is sound because of this file).
+output (their bodies, not their titles; an English page may ask a one-prompt command's question in English,
+with that run's output), the doc-test markers, the boxes (admonitions, by kind) and the
+explicit heading ids; plus the lesson skeleton of the lesson template. Non-scope: the prose (a translation
+is free), and whether the blocks run (conftest.py's doc tests do that on the Chinese pages only, which is
+sound because of this file).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from site_scripts.gen_generate import QUESTION, QUESTION_EN
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -22,6 +26,7 @@ FENCE = re.compile(
 COMPARED_LANGS = {"bash", "sh", "python", "pycon", "text"}
 INCLUDE = re.compile(r'^[ \t]*-{1,}8<-{1,}[ \t]+"(?P<path>[^"]+)"', re.M)
 MARKER = re.compile(r"<!--\s*((?:docs-test|pytest-codeblocks):[^>]*?)\s*-->")
+ADMONITION = re.compile(r"^[ \t]*(?:!!!|\?\?\?\+?)[ \t]+(?P<kind>[\w-]+)", re.M)  # a box: `!!! note "Title"`
 HEADING = re.compile(r"^(?P<level>#{1,6})[ \t]+.*?\{[^}]*#(?P<id>[\w-]+)[^}]*\}[ \t]*$", re.M)
 LESSON_IDS = ["run", "code", "what-to-notice", "deepinfer", "exercise", "next"]
 
@@ -86,16 +91,31 @@ TWINS = [p for p in zh_pages() if twin_of(p).exists()]
 
 @pytest.mark.parametrize("page", TWINS, ids=rel)
 def test_twins_include_the_same_snippets_in_order(page: Path) -> None:
-    # a snippet written in each language (x.zh.md, x.en.md) counts as one, each page taking its own language's
+    # a snippet written in each language counts as one, each page taking its own language's: x.zh.md beside
+    # x.en.md, or beside x.md (an English snippet that other pages share, with its translation)
     zh, en = read(page), read(twin_of(page))
-    assert [p.replace(".en.md", ".LANG.md") for p in INCLUDE.findall(en)] == [
-        p.replace(".zh.md", ".LANG.md") for p in INCLUDE.findall(zh)]
+    assert [p.replace(".en.md", ".md").replace(".en.txt", ".txt") for p in INCLUDE.findall(en)] == [
+        p.replace(".zh.md", ".md") for p in INCLUDE.findall(zh)]
+
+
+def asked_in_chinese(body: str) -> str:
+    """An English page's block as its Chinese twin shows it: the English question (``gen_generate``) asked in
+    Chinese, and the output it includes (``x.en.txt``) the Chinese run's (``x.txt``)."""
+    return body.replace(f'"{QUESTION_EN}"', f'"{QUESTION}"').replace('.en.txt"', '.txt"')
 
 
 @pytest.mark.parametrize("page", TWINS, ids=rel)
 def test_twins_show_the_same_code_blocks_in_order(page: Path) -> None:
     zh, en = read(page), read(twin_of(page))
-    assert code_blocks(en) == code_blocks(zh)
+    assert [(lang, asked_in_chinese(body)) for lang, body in code_blocks(en)] == code_blocks(zh)
+
+
+@pytest.mark.parametrize("page", ["guide/run-guide.en.md", "guide/text-generation.en.md"])
+def test_english_guides_ask_one_prompt_in_english(page: str) -> None:
+    # README.en.md asks in English; a command of two prompts, or one behind a committed record, keeps the pair
+    one_prompt = [body for lang, body in code_blocks(read(DOCS / page))
+                  if lang == "bash" and body.count("--prompt ") == 1 and "snippets/records/" not in body]
+    assert one_prompt and not [body for body in one_prompt if QUESTION in body]
 
 
 @pytest.mark.parametrize("page", TWINS, ids=rel)
@@ -108,6 +128,12 @@ def test_twins_carry_the_same_doc_test_markers_in_order(page: Path) -> None:
 def test_twins_have_the_same_heading_ids_in_order(page: Path) -> None:
     zh, en = read(page), read(twin_of(page))
     assert heading_ids(en) == heading_ids(zh)
+
+
+@pytest.mark.parametrize("page", TWINS, ids=rel)
+def test_twins_have_the_same_boxes_in_order(page: Path) -> None:
+    zh, en = read(page), read(twin_of(page))
+    assert ADMONITION.findall(without_code(en)) == ADMONITION.findall(without_code(zh))
 
 
 LESSONS = sorted((DOCS / "lessons").glob("[0-9][0-9]-*.md"))
@@ -141,3 +167,11 @@ def test_the_helpers_see_what_a_page_shows() -> None:
         ("text", '--8<-- "snippets/a.txt"\n'),
         ("python", "# not a heading {#no}\n"),
     ]
+
+
+def test_the_chinese_home_page_title_names_the_page_as_the_english_one_does() -> None:
+    # Material titles the site's root page with the site name alone; the English home (not the root) gets
+    # "Home - mini-DeepInfer" from the nav, so the Chinese one names itself in its front matter
+    nav_name = re.search(r"^  - (\S+): index\.md$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M)
+    front = re.match(r"---\n(.*?)\n---\n", read(DOCS / "index.md"), re.S)
+    assert nav_name and front and f"title: {nav_name[1]}" in front[1].splitlines()

@@ -2,9 +2,10 @@
 
 Scope: each term is spelled one way on every page in both languages (a list of wrong spellings per term,
 looked for in the prose of every page, notebook and picture label); every link to the glossary lands on one of
-its entries; every entry says where on the site it matters. Non-scope: whether a page links the first use of
-each term (a reviewer's job), and the build (``tests/test_site_build.py``). This file only reads text: it is
-fast.
+its entries; every entry says where on the site it matters; every flag that chooses how rounds run has a row
+in the production page's options table and the glossary's table of peers. Non-scope: whether a page links the
+first use of each term (a reviewer's job), and the build (``tests/test_site_build.py``). This file only reads
+text: it is fast.
 """
 
 from __future__ import annotations
@@ -241,3 +242,32 @@ def test_the_helpers_see_the_words_and_skip_code_link_targets_and_glosses() -> N
         "line 1: 'conv window' -> convolution window (glossary #conv-window)",
         "line 1: 'tokenized' -> -ise, like the rest of the English pages: tokenising",
     ]
+
+
+def execution_flags() -> list[str]:
+    """The flags that choose how rounds run (``--graphs``, ``--eager``, ``--compile``), as defined."""
+    import argparse
+
+    from mini_deepinfer.tools.cli import add_execution_options
+
+    parser = argparse.ArgumentParser()
+    add_execution_options(parser)
+    return [flag for action in parser._actions for flag in action.option_strings if flag.startswith("--")
+            and flag != "--help"]
+
+
+def table_rows(page: Path, section: str) -> list[str]:
+    """The table rows of the page's section whose id is ``section`` (up to the next heading)."""
+    text = page.read_text(encoding="utf-8")
+    body = text.split(f"{{#{section}}}", 1)[1].split("\n#", 1)[0]
+    return [line for line in body.splitlines() if line.startswith("| ")]
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_every_execution_flag_has_a_row_beside_its_peers(lang: str) -> None:
+    production = DOCS / "guide" / ("production.md" if lang == "zh" else "production.en.md")
+    first_cells = [row.split(" | ")[0] for row in table_rows(production, "options")]
+    glossary = "\n".join(table_rows(GLOSSARY[lang], "vllm-sglang"))
+    for flag in execution_flags():
+        assert any(f"`{flag}`" in cell for cell in first_cells), f"{production.name}: no row for {flag}"
+    assert "`--compile`" in glossary and "`--enable-torch-compile`" in glossary

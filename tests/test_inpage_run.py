@@ -190,6 +190,30 @@ def test_every_command_a_page_runs_needs_only_the_shipped_files(tmp_path: Path) 
     assert "Free slots: KV 36/36, state 3/3" in proc.stdout
 
 
+def test_help_prints_the_usage_and_exits_0_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    from site_scripts import inpage_worker
+
+    result = json.loads(inpage_worker.run_command("--help"))
+    out, err = capsys.readouterr()
+    assert result["code"] == 0 and out.startswith("usage: python -m mini_deepinfer") and err == ""
+    assert json.loads(inpage_worker.run_script("import sys; sys.exit(3)"))["code"] == 3
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_timings_table_tells_the_first_line_from_the_last_and_names_its_command(lang: str) -> None:
+    from site_scripts import gen_inpage
+
+    record = json.loads(gen_inpage.RECORD.read_text(encoding="utf-8"))
+    table = gen_inpage.timings_table(record, lang)
+    snippet = gen_inpage.RECORD.with_name("timings.md" if lang == "en" else "timings.zh.md")
+    assert snippet.read_text(encoding="utf-8") == table
+    values = [row.strip("| ").split(" | ")[1] for row in table.splitlines()[2:]]
+    first_line, last_line = values[2], values[3]
+    differ = record["first_run"]["click_to_first_line_ms"] != record["first_run"]["click_to_end_ms"]
+    assert (first_line != last_line) == differ
+    assert values[1] == "`python -m mini_deepinfer`" and "site_scripts.inpage_measure" in values[-1]
+
+
 def test_shipped_engine_holds_every_core_module_the_command_imports() -> None:
     names = {path.relative_to(ROOT).as_posix() for path in inpage_bundle.bundle_files()}
     core = {p.relative_to(ROOT).as_posix() for p in (ROOT / "mini_deepinfer" / "core").glob("*.py")}
@@ -332,6 +356,43 @@ def test_a_bad_flag_shows_the_commands_one_line_error(page: Page, base_url: str)
     result = run_widget(widget)
     assert result["output"] == "error: argument --slots: invalid int value: 'x'\n"
     assert result["code"] == "2"
+
+
+@in_browser
+def test_help_is_a_clean_exit_in_the_page(page: Page, base_url: str) -> None:
+    widget = widget_on(page, base_url + "en/quickstart/")
+    widget.locator("input.inpage-run__flags").fill("--help")
+    result = run_widget(widget)
+    assert result["state"] == "done" and result["code"] == "0"
+    assert result["output"].startswith("usage: python -m mini_deepinfer")
+    assert "Traceback" not in result["output"]
+
+
+@in_browser
+def test_before_a_run_the_widget_shows_no_empty_strip_and_not_the_command_again(
+    page: Page, base_url: str
+) -> None:
+    widget = widget_on(page, base_url + "en/lessons/10-cross-round/", "--pipeline")
+    assert not widget.locator(".inpage-run__output").is_visible()
+    assert not widget.locator(".inpage-run__tables").is_visible()
+    assert not widget.locator(".inpage-run__status").first.is_visible()
+    assert "python -m" not in widget.locator(".inpage-run__command").inner_text()
+    flags = widget.locator("input.inpage-run__flags")
+    assert flags.get_attribute("placeholder") == "add flags here, e.g. --help"
+
+
+@in_browser
+def test_a_file_chosen_before_the_runtime_loads_says_so_until_it_shows(
+    page: Page, base_url: str
+) -> None:
+    widget = widget_on(page, base_url + "en/quickstart/")
+    widget.locator("details.inpage-run__editor > summary").click()
+    widget.locator("select.inpage-run__files").select_option(ENGINE)
+    note, editor = widget.locator(".inpage-run__file-note"), widget.locator("textarea.inpage-run__file")
+    assert note.inner_text().startswith("Loading the Python runtime") and not editor.is_editable()
+    page.wait_for_function("({box, path}) => box.dataset.inpageFile === path",
+                           arg={"box": widget.element_handle(), "path": ENGINE}, timeout=60_000)
+    assert not note.is_visible() and editor.is_editable() and "class Engine" in editor.input_value()
 
 
 @in_browser

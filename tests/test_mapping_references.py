@@ -223,3 +223,22 @@ def test_every_page_names_our_files_that_exist() -> None:
         if not (ROOT / m["file"]).is_file()
     ]
     assert not problems, "these files do not exist:\n" + "\n".join(problems)
+
+
+# Claims that rest on one cited DeepInfer line outside the mapping page: (page without suffix, the citation as
+# both languages write it, the cited line, what that line must hold)
+CITED_CLAIMS = [
+    ("notes/graph-execution", "csrc/engine/block_manager.hpp:28", 28, "_head(1)"),  # block 0 never handed out
+    ("notes/graph-execution", "deepinfer/engine/llm_engine.py:265-266", 266, "state_manager = BlockManager("),
+]
+
+
+@pytest.mark.parametrize("claim", CITED_CLAIMS, ids=lambda c: c[1])
+def test_a_claim_on_a_cited_line_is_on_that_line(claim: tuple[str, str, int, str]) -> None:
+    page, citation, line, expected = claim
+    root = _unpacked_sdist()
+    for suffix in (".md", ".en.md"):
+        text = (ROOT / "docs" / f"{page}{suffix}").read_text(encoding="utf-8")
+        assert f"`{citation}`" in text, (page, suffix)
+    lines = (root / citation.split(":")[0]).read_text(encoding="utf-8").splitlines()
+    assert expected in lines[line - 1], (citation, lines[line - 1])

@@ -128,6 +128,8 @@ def test_the_toy_runner_gets_the_same_rounds_as_the_model(model, pipeline):
     for toy_line, model_line in zip(toy_lines[1:], model_lines[1:]):
         assert without_token_ids(toy_line) == without_token_ids(model_line)
     assert toy.requests["B"].output_token_ids == [9, 10, 11, 12, 13]  # the toy's tokens: last input + 1
+    b_prompt = next(d.prompt for d in DEMO_REQUESTS if d.request_id == "B")
+    assert b_prompt[-1] + 1 == 9  # lesson 3: "B's prompt ends in 8, so its first token is 9"
 
 
 def test_help_is_english_and_exits_0(capsys):

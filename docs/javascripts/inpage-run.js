@@ -28,6 +28,9 @@
   const TEXT = {
     zh: {
       run: "在页面里运行",
+      flags: "参数：",
+      flagsPlaceholder: "可以在这里加参数，例如 --help",
+      loadingFile: "正在加载 Python 运行时，加载完就显示这个文件（只有第一次要等几秒）……",
       stop: "停止",
       resetCode: "还原示例",
       files: "在页面里改引擎的文件：",
@@ -51,6 +54,9 @@
     },
     en: {
       run: "Run in the page",
+      flags: "Flags:",
+      flagsPlaceholder: "add flags here, e.g. --help",
+      loadingFile: "Loading the Python runtime; the file shows once it has loaded (a few seconds, the first time only)…",
       stop: "Stop",
       resetCode: "Reset the example",
       files: "Edit an engine file in the page:",
@@ -191,7 +197,10 @@
     const parts = {};
     parts.input =
       kind === "command"
-        ? element("input", { class: "inpage-run__flags", type: "text", spellcheck: "false", "aria-label": command(box) })
+        ? element("input", {
+          class: "inpage-run__flags", type: "text", spellcheck: "false", placeholder: t("flagsPlaceholder"),
+          "aria-label": t("flags") + " " + command(box),
+        })
         : element("textarea", { class: "inpage-run__code", spellcheck: "false", rows: "8" });
     parts.input.value = initial;
     parts.run = element("button", { type: "button", class: "md-button md-button--primary inpage-run__run" }, [t("run")]);
@@ -203,19 +212,20 @@
     }
     const line =
       kind === "command"
-        ? element("label", { class: "inpage-run__command" }, [element("span", { text: "$ " + command(box) + " " }), parts.input])
+        ? element("label", { class: "inpage-run__command" }, [element("span", { text: t("flags") + " " }), parts.input])
         : parts.input;
     parts.select = element("select", { class: "inpage-run__files" }, [element("option", { value: "", text: t("choose") })]);
     files.forEach((path) => parts.select.append(element("option", { value: path, text: path })));
     parts.file = element("textarea", { class: "inpage-run__file", spellcheck: "false", rows: "16", hidden: "" });
     parts.resetFile = element("button", { type: "button", class: "md-button inpage-run__reset-file", hidden: "" }, [t("resetFile")]);
+    parts.fileNote = element("p", { class: "inpage-run__status inpage-run__file-note", role: "status" });
     const editor = element("details", { class: "inpage-run__editor" }, [
       element("summary", { text: t("files") }),
-      parts.select, parts.resetFile, parts.file,
+      parts.select, parts.resetFile, parts.fileNote, parts.file,
     ]);
     parts.output = element("pre", { class: "inpage-run__output", hidden: "" });
     parts.status = element("p", { class: "inpage-run__status", role: "status" });
-    parts.table = element("div", { class: "inpage-run__tables" });
+    parts.table = element("div", { class: "inpage-run__tables", hidden: "" });
     box.append(line, bar, editor, parts.status, parts.output, parts.table);
     box.hidden = false;
     box.dataset.inpageState = "idle";
@@ -254,6 +264,7 @@
       parts.output.textContent = "";
       parts.output.hidden = false;
       parts.table.textContent = "";
+      parts.table.hidden = true;
       setState(box, parts, "loading", t(session.worker ? "running" : "loading"));
       const onLine = (reply) => {
         if (first === null) {
@@ -274,7 +285,10 @@
         const total = performance.now() - clicked;
         box.dataset.inpageRunMs = String(Math.round(total));
         if (first === null) box.dataset.inpageFirstMs = String(Math.round(total));
-        if (reply.table) parts.table.append(tableFrom(box, box.dataset.inpageTable, reply.table));
+        if (reply.table) {
+          parts.table.append(tableFrom(box, box.dataset.inpageTable, reply.table));
+          parts.table.hidden = false;
+        }
         const used = reply.edited && reply.edited.length ? " " + t("usedEdits", { files: reply.edited.join(", ") }) : "";
         box.dataset.inpageCode = String(reply.code);
         setState(box, parts, "done", t("done", {
@@ -296,12 +310,19 @@
       if (!path) return;
       parts.file.value = store.get(path) ?? "";
       box.dataset.inpageFile = "loading";
+      if (!(path in originals)) {
+        parts.file.readOnly = true; /* nothing to edit until the shipped text is here */
+        parts.fileNote.textContent = t("loadingFile");
+      }
       try {
         if (!(path in originals)) originals[path] = (await send({ type: "read", path })).text;
         if (parts.select.value !== path) return;
         parts.file.value = store.get(path) ?? originals[path];
+        parts.file.readOnly = false;
+        parts.fileNote.textContent = "";
         box.dataset.inpageFile = path;
       } catch (error) {
+        parts.fileNote.textContent = "";
         setState(box, parts, "failed", t("failed", { message: error.message }));
       }
     });
