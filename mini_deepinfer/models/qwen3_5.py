@@ -136,6 +136,9 @@ class GatedDeltaNet(nn.Module):
             if b in layout.snapshot_seqs:  # a verify keeps the window after each position (lesson 13)
                 after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
                 ctx.cache.record_snapshots("conv", self.layer_idx, layout.state_slot_ids[b], after)
+            for tokens, snapshot in layout.saves_of(b):  # prefix cache: the window after that many tokens
+                inputs = torch.cat([old[0], mixed[start : start + tokens].transpose(0, 1).to(old.dtype)], -1)
+                ctx.cache.keep_prefix_state("conv", self.layer_idx, snapshot, inputs[:, -old.shape[-1] :])
             windows.index_copy_(0, slot, new)
             out[start : start + n] = y[0]
         return out
@@ -186,12 +189,33 @@ class GatedDeltaNet(nn.Module):
                 o, after = recurrent_delta_states(*heads_first, states.index_select(0, slot))
                 ctx.cache.record_snapshots("recurrent", self.layer_idx, layout.state_slot_ids[b], after[:, 0])
                 new = after[-1]
-            else:  # a prompt chunk: the chunked algorithm, only the last state
-                o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))
+            else:  # a prompt chunk: the chunked algorithm, only the last state (and the prefix cache's)
+                old = states.index_select(0, slot)
+                o, new = self.chunked_in_pieces(heads_first, old, layout.saves_of(b), ctx)
             # --8<-- [end:snapshot_or_chunked]
             states.index_copy_(0, slot, new)
             out[rows] = o[0].transpose(0, 1)
         return out
+
+
+    # --8<-- [start:chunked_in_pieces]
+    def chunked_in_pieces(
+        self, heads_first: list[torch.Tensor], state: torch.Tensor, saves: list[tuple[int, int]],
+        ctx: ForwardContext,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunked delta rule over one sequence, cut after each prefix-cache save point so that the
+        state there can be kept (``saves``: tokens into the chunk, snapshot slot). Without save points it is
+        one call. Inputs are ``[1, H, L, ...]`` (tokens on dim 2); returns the outputs and the last state."""
+        length, outputs, begin = heads_first[0].shape[2], [], 0
+        for end, snapshot in [*saves, (length, None)]:
+            if end > begin:
+                o, state = chunked_delta_rule(*[t[:, :, begin:end] for t in heads_first], state)
+                outputs.append(o)
+            if snapshot is not None:
+                ctx.cache.keep_prefix_state("recurrent", self.layer_idx, snapshot, state[0])
+            begin = end
+        return torch.cat(outputs, dim=2), state
+    # --8<-- [end:chunked_in_pieces]
 
 
 class GatedAttention(nn.Module):
