@@ -2,7 +2,8 @@
 
 The toy here also keeps a "recurrent state" per state slot (the tuple of tokens it has seen) and copies it to
 and from snapshot slots as the plans say, so a wrong restore, a snapshot slot reused while still indexed, or
-a shared KV slot that is written shows up as a wrong tuple or a failed check in ``launch``.
+a shared KV slot that is written shows up as a wrong tuple or a failed check in ``launch``. The engine turns a
+runner's exception into an ``error`` finish, so every test checks that no request ended with one.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def engine_with_cache(capacity=64, block=4, snapshots=8, **kw) -> BatchEngine:
 def run_one(engine, rid, prompt, max_new=2):
     engine.submit(rid, prompt, SamplingParams(max_new_tokens=max_new))
     engine.run()
+    assert engine.requests[rid].error is None, engine.requests[rid].error  # the toy's checks held
     return engine.requests[rid]
 
 
@@ -147,6 +149,7 @@ def test_prefix_cache_bookkeeping_frees_no_slot_twice_leaks_none_and_writes_none
                 engine.cancel(rid)
         assert engine.round_id < 500, "no progress"
     for rid, req in engine.requests.items():
+        assert req.error is None, req.error  # StatefulToy's checks raise inside the runner
         assert req.finished and req.slots_released
         if req.output_token_ids:
             assert req.output_token_ids[0] == prompts[rid][-1] + 1  # the toy's answer, cache or not

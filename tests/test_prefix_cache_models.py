@@ -56,7 +56,7 @@ def qwen2():
 
 def make_engine(model, on: bool, mode: str, capacity: int = 512, **kw):
     config = EngineConfig(kv_capacity=capacity, state_capacity=4, prefix_cache=on, prefix_block=BLOCK,
-                          **MODES[mode], **kw)
+                          **{**MODES[mode], **kw})
     return build_engine(model, config, batching=mode != "one_at_a_time")
 
 
@@ -175,3 +175,14 @@ def test_speculative_decoding_after_a_reused_prefix_rejects_without_touching_cac
         assert max(diff.values()) < COLD_TOLERANCE, diff
     engine.run()
     assert {rid: r.output_token_ids for rid, r in engine.requests.items()} == plain
+
+
+def test_snapshots_on_kernel_chunk_boundaries_are_kept_as_the_kernel_passes_them(qwen35):
+    """Blocks of 32 tokens (the delta rule's chunk): the states come from the kernel's callback, not a cut."""
+    long_system = [(5 * i) % 250 + 1 for i in range(80)]
+    waves = [[long_system + [7, 8]], [long_system + [9]], [long_system[:70] + [4, 4, 4]]]
+    plain = run_waves(make_engine(qwen35, False, "batched_chunked", max_batched_tokens=128), waves)
+    engine = make_engine(qwen35, True, "batched_chunked", max_batched_tokens=128)
+    engine.prefix_cache.block = 32
+    assert run_waves(engine, waves) == plain
+    assert [r.cached_prompt_tokens for r in engine.requests.values()] == [0, 64, 64]

@@ -90,13 +90,11 @@ class Hit:
 
 @dataclass
 class Hold:
-    """What one admitted request holds in the cache: the blocks it reuses, the snapshot slots it was given for
-    its own prompt (position -> slot) that are not indexed yet, and (speculative decoding) whether the draft
-    model has been told where to start."""
+    """What one admitted request holds in the cache: the blocks it reuses, and the snapshot slots it was given
+    for its own prompt (position -> slot) that are not indexed yet."""
 
     hit: Hit
     saves: dict[int, int] = field(default_factory=dict)
-    drafted: bool = False
 
 
 # --8<-- [start:prefix_cache]

@@ -98,6 +98,12 @@ class SpeculativeEngine(Engine):
         if config.spec_width < 1:
             raise ValueError(f"a speculative engine needs spec_width >= 1, got {config.spec_width}")
         super().__init__(runner, config, trace)
+        self.drafted: set[str] = set()  # prefix cache: requests whose draft was told where to start
+
+    def release_if_idle(self, req: Request) -> None:
+        super().release_if_idle(req)
+        if req.slots_released:
+            self.drafted.discard(req.request_id)
 
     # --8<-- [start:plan_decode]
     def plan_decode(self, req: Request, budget: int | None = None) -> SpeculativeSeqPlan:
@@ -119,9 +125,9 @@ class SpeculativeEngine(Engine):
         """Prefix cache: on the first decode that runs the draft, where the draft starts (after the reused
         prefix) and where it keeps its own snapshots as it catches up on the prompt (where the target did)."""
         hold = self.prefix_cache.holds[req.request_id] if self.prefix_cache is not None else None
-        if hold is None or width == 0 or hold.drafted:
+        if hold is None or width == 0 or req.request_id in self.drafted:
             return {}
-        hold.drafted = True
+        self.drafted.add(req.request_id)
         return {"draft_restore": (hold.hit.length, hold.hit.snapshot),
                 "draft_saves": tuple(sorted(hold.saves.items()))}
 
