@@ -37,7 +37,7 @@ def memory_table() -> str:
         layers = len(qwen3_5_config(name).linear_attention_layers)
         per_prompt = 1024 // block
         rows.append(f"| `{name}` | {layers} | {_size(snap)} | {_size(kv)} | {snap / kv:.0f} | "
-                    f"{per_prompt} × = {_size(per_prompt * snap)} |\n")
+                    f"{per_prompt} ({_size(per_prompt * snap)}) |\n")
     return "".join(rows)
 
 

@@ -104,11 +104,11 @@ def test_a_running_request_keeps_its_slots_when_admitting_another_evicts_the_cac
     run_one(engine, "a", list(range(12)), max_new=1)  # leaves 12 slots in the index
     engine.submit("b", list(range(8)) + [70, 71], SamplingParams(max_new_tokens=4))
     engine.step()  # b reuses 8 slots of a's prompt and runs
-    engine.submit("c", [90 + i for i in range(10)], SamplingParams(max_new_tokens=2))  # needs eviction
-    engine.run()
+    engine.submit("c", [90 + i for i in range(10)], SamplingParams(max_new_tokens=3))  # needs eviction
+    engine.run()  # c fits only once b is done: b's reservation is not the cache's to evict
     assert engine.requests["b"].cached_prompt_tokens == 8
     assert engine.requests["b"].output_token_ids == [72, 73, 74, 75]
-    assert engine.requests["c"].output_token_ids == [100, 101]
+    assert engine.requests["c"].output_token_ids == [100, 101, 102]
 
 
 STEMS = [list(range(100, 113)), list(range(200, 209)), list(range(100, 106)) + [300, 301, 302]]

@@ -4,11 +4,13 @@ For a tiny random Qwen3.5 and a tiny random Qwen2, in batched chunked, cross-rou
 on four workloads: a shared system prompt, a multi-turn chat whose turns extend the previous one, prompts that
 diverge inside a block (between two snapshots), and a prompt that is a prefix of another (both orders). Each
 test also checks that prompt tokens did come from the cache, so it cannot pass by never reusing anything.
-The hybrid cache itself is compared with a cold recomputation (tolerance 1e-5, as in the speculative tests)
-for a request that reused shared blocks, and for one that reused blocks after others were evicted and their
-slots handed out again. With speculative decoding, the case reported broken elsewhere: a reused prefix and a
-rejection in the first verify round after it; the tokens still equal plain greedy, and no cached KV row or
-snapshot of either model changes.
+The hybrid cache itself is compared with a cold recomputation for a request that reused shared blocks, for one
+that reused blocks after others were evicted and their slots handed out again, and for snapshots taken on the
+delta rule's chunk grid (1e-4 on the tiny model initialised at 0.1, where plain decoding alone differs from a
+cold prefill by up to about 7e-5, as tests/test_speculative_engine.py notes; 1e-5 on that file's target; a
+wrong snapshot differs by far more). With speculative decoding, the case reported broken elsewhere: a reused
+prefix and a rejection in the very first verify round after it; the tokens still equal plain greedy, and no
+cached KV row or snapshot of either model changes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from mini_deepinfer.tools.checkpoints import perturbed_copy
 from mini_deepinfer.tools.checks import cold_difference
 
 BLOCK = 8
-COLD_TOLERANCE = 1e-5
+COLD_TOLERANCE = 1e-5  # the speculative tests' target (initialised at 0.02)
+COLD_TOLERANCE_TINY = 1e-4  # the tiny model initialised at 0.1
 SYSTEM = [(7 * i) % 200 + 3 for i in range(29)]
 WORKLOADS = {
     "shared_system_prompt": [[SYSTEM + [40, 41, 42], SYSTEM + [50, 51], SYSTEM + [60, 61, 62, 63, 64]]],
@@ -118,7 +121,7 @@ def test_a_request_that_reuses_cached_blocks_holds_what_a_cold_prefill_would(qwe
     assert req.cached_prompt_tokens == 16
     tokens = list(req.prompt_token_ids) + req.output_token_ids[:-1]
     diff = cold_difference(qwen35, engine.runner.cache, tokens, req.kv_slots, req.state_slot)
-    assert max(diff.values()) < COLD_TOLERANCE, diff
+    assert max(diff.values()) < COLD_TOLERANCE_TINY, diff
 
 
 def snapshot_of_cached_state(engine) -> dict:
@@ -180,9 +183,13 @@ def test_speculative_decoding_after_a_reused_prefix_rejects_without_touching_cac
 def test_snapshots_on_kernel_chunk_boundaries_are_kept_as_the_kernel_passes_them(qwen35):
     """Blocks of 32 tokens (the delta rule's chunk): the states come from the kernel's callback, not a cut."""
     long_system = [(5 * i) % 250 + 1 for i in range(80)]
-    waves = [[long_system + [7, 8]], [long_system + [9]], [long_system[:70] + [4, 4, 4]]]
+    waves = [[long_system + [7, 8]], [long_system + [9]]]
     plain = run_waves(make_engine(qwen35, False, "batched_chunked", max_batched_tokens=128), waves)
     engine = make_engine(qwen35, True, "batched_chunked", max_batched_tokens=128)
     engine.prefix_cache.block = 32
     assert run_waves(engine, waves) == plain
+    req = prefill_and_hold(engine, "r", long_system[:70] + [4, 4, 4])
     assert [r.cached_prompt_tokens for r in engine.requests.values()] == [0, 64, 64]
+    tokens = list(req.prompt_token_ids) + req.output_token_ids[:-1]
+    diff = cold_difference(qwen35, engine.runner.cache, tokens, req.kv_slots, req.state_slot)
+    assert max(diff.values()) < COLD_TOLERANCE_TINY, diff
