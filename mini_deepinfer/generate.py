@@ -5,8 +5,9 @@ prompts into token ids (chat template unless ``--raw``), run them through a ``Ba
 staggered arrival, cross-round ``--pipeline``), print or stream the text, cancel after N tokens, and write a
 run record (``--output``). With ``--speculative`` a second, smaller checkpoint (``--draft-model``) proposes
 ``--draft-width`` tokens per round and the model verifies them; tokens are then delivered in groups, and
-``--check-greedy`` compares them with a plain greedy run. Bad input ends with one line on stderr, exit 2; so
-does a run in which the model produced non-finite logits.
+``--check-greedy`` compares them with a plain greedy run. With ``--prefix-cache`` a prompt that starts like an
+earlier one reuses that earlier prompt's cached blocks (``--prefix-block`` tokens each). Bad input ends with
+one line on stderr, exit 2; so does a run in which the model produced non-finite logits.
 Non-scope: the engine's decisions (``core/``), the model maths (``models/``).
 """
 
@@ -40,8 +41,9 @@ DEFAULT_CAPACITY = 1024
 DEFAULT_DRAFT_WIDTH = 3
 FLAGS = {"kv_capacity": "--cache-capacity", "max_num_seqs": "--max-num-seqs",
          "max_batched_tokens": "--max-batched-tokens", "pipeline": "--pipeline",
-         "spec_width": "--draft-width", "max_new_tokens": "--max-new-tokens", "temperature": "--temperature",
-         "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed"}
+         "spec_width": "--draft-width", "prefix_block": "--prefix-block",
+         "max_new_tokens": "--max-new-tokens", "temperature": "--temperature", "top_k": "--top-k",
+         "top_p": "--top-p", "seed": "--seed"}
 """The flag behind each engine and sampling parameter, for error messages (``in_flag_terms``)."""
 
 
@@ -85,6 +87,10 @@ def build_parser() -> OneLineParser:
                    help="speculative decoding: the draft model proposes, --model verifies")
     p.add_argument("--draft-width", type=int, metavar="K",
                    help=f"draft tokens per round, 1..{MAX_SPEC_WIDTH} (default {DEFAULT_DRAFT_WIDTH})")
+    p.add_argument("--prefix-cache", action="store_true",
+                   help="reuse the cached blocks of earlier prompts that start with the same tokens")
+    p.add_argument("--prefix-block", type=int, default=64,
+                   help="tokens per prefix-cache block, the state snapshot interval (default 64)")
     p.add_argument("--check-greedy", action="store_true",
                    help="compare the delivered tokens with an independent plain greedy run of --model")
     return p
@@ -121,13 +127,16 @@ class Options:
     check_greedy: bool = False
     graphs: bool | None = None  # --graphs (True), --eager (False), neither: the device's default
     compile: bool = False  # --compile: the graph path's decode step through torch.compile
+    prefix_cache: bool = False
+    prefix_block: int = 64
     extra: dict = field(default_factory=dict)
 
     def engine_config(self) -> EngineConfig:
         """The engine's numbers; making the config checks them (one line for any that is out of range)."""
         return EngineConfig(kv_capacity=self.cache_capacity, max_num_seqs=self.max_num_seqs,
                             max_batched_tokens=self.max_batched_tokens, chunked_prefill=self.chunked_prefill,
-                            pipeline=self.pipeline, spec_width=self.draft_width or 0)
+                            pipeline=self.pipeline, spec_width=self.draft_width or 0,
+                            prefix_cache=self.prefix_cache, prefix_block=self.prefix_block)
 
     def sampling_params(self, eos_ids: list[int], index: int) -> SamplingParams:
         """Request ``index``'s parameters; making them checks the sampling flags."""
@@ -188,7 +197,8 @@ def resolve_options(argv: list[str]) -> Options:
         cancel_after_tokens=a.cancel_after_tokens, output=str(a.output) if a.output else None,
         draft_model=str(a.draft_model) if a.speculative else None, speculative=a.speculative,
         draft_width=(a.draft_width or DEFAULT_DRAFT_WIDTH) if a.speculative else None,
-        check_greedy=a.check_greedy, graphs=execution_choice(a), compile=a.compile)
+        check_greedy=a.check_greedy, graphs=execution_choice(a), compile=a.compile,
+        prefix_cache=a.prefix_cache, prefix_block=a.prefix_block)
     with in_flag_terms(FLAGS):
         options.engine_config()
         for i in range(len(prompts)):
@@ -364,7 +374,8 @@ def footer(req: Request, engine: Engine, options: Options) -> str:
     draft = engine.runner.draft if options.speculative else None
     draft_part = ("" if draft is None
                   else f"; draft free KV slots {draft.free_kv_slots()}/{draft.cache.kv_capacity}")
-    return (f"[{reason}; {len(req.output_token_ids)} output tokens; "
+    cached = f"; {req.cached_prompt_tokens} prompt tokens cached" if options.prefix_cache else ""
+    return (f"[{reason}; {len(req.output_token_ids)} output tokens{cached}; "
             f"free KV slots {engine.kv_pool.num_free}/{engine.kv_pool.capacity}{draft_part}]")
 # --8<-- [end:footer]
 
@@ -395,9 +406,12 @@ def build_record(argv: list[str], options: Options, loaded: Loaded, text: Text, 
                            output_token_ids=req.output_token_ids, finish_reason=req.finish_reason,
                            text=text.tokenizer.decode(req.output_token_ids, skip_special_tokens=True),
                            first_token_s=first, seed=req.params.seed,
-                           committed_groups=req.committed_groups if options.speculative else None)
+                           committed_groups=req.committed_groups if options.speculative else None,
+                           cached_prompt_tokens=req.cached_prompt_tokens if options.prefix_cache else None)
     record.set_cache("target", engine.kv_pool.capacity, engine.kv_pool.num_free,
                      engine.state_pool.capacity, engine.state_pool.num_free)
+    if engine.prefix_cache is not None:  # slots the prefix cache still holds at the end, not leaked ones
+        record.cache["target"]["kv"]["prefix_cached"] = engine.prefix_cache.cached_slots()
     if options.speculative:
         draft, runner_draft = loaded.draft, engine.runner.draft
         record.draft_model = model_info(draft.path, draft.config.architecture, draft.num_parameters,
@@ -435,14 +449,17 @@ def check_memory(options: Options, graphs: bool) -> None:
     is read again by the loader; it is small)."""
     from mini_deepinfer.models.loader import checkpoint_folder, parse_model_config, read_config_dict
     from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
+    from mini_deepinfer.runtime.factory import default_snapshots
     from mini_deepinfer.tools.memory import cache_bytes, check_cache_fits, device_memory
 
     device, itemsize = resolve_device(options.device), resolve_dtype(options.dtype).itemsize
     needed = {"kv": 0, "state": 0}
+    snapshots = default_snapshots(options.engine_config()) if options.prefix_cache else 0  # rows like states
     for path in [options.model] + ([options.draft_model] if options.speculative else []):
         folder = checkpoint_folder(path)
         config = parse_model_config(read_config_dict(folder), folder)
-        part = cache_bytes(config, options.cache_capacity, options.max_num_seqs, itemsize, dummy_slots=graphs)
+        part = cache_bytes(config, options.cache_capacity, options.max_num_seqs + snapshots, itemsize,
+                           dummy_slots=graphs)
         needed = {key: needed[key] + part[key] for key in needed}
     what = f"--cache-capacity {options.cache_capacity} and --max-num-seqs {options.max_num_seqs}"
     check_cache_fits(needed, device_memory(device), what)

@@ -75,10 +75,12 @@ class BatchEngine(Engine):
 
     def _chunk_size(self, req: Request, budget: int) -> int:
         """How many of the request's remaining prompt tokens run this round (0 = not this round)."""
+        start = req.num_computed
         if req.status is RequestStatus.WAITING:
             if len(self.running) >= self.max_num_seqs or not self.can_admit(req):
                 return 0
-        remaining = req.prompt_len - req.num_computed
+            start = self.prefix_hit(req).length  # where it will start: after its cached prompt tokens
+        remaining = req.prompt_len - start
         if remaining <= budget:
             return remaining
         return budget if self.chunked_prefill else 0

@@ -1,7 +1,8 @@
 """The numbers that size an engine, checked once when they are made.
 
 Scope: ``EngineConfig`` (capacities, batching limits, and the modes: cross-round execution, speculative
-decoding) and ``MAX_SPEC_WIDTH``. Non-scope: acting on them (``engine.py``, ``batch.py``, ``speculative.py``).
+decoding, the prefix cache) and ``MAX_SPEC_WIDTH``. Non-scope: acting on them (``engine.py``, ``batch.py``,
+``speculative.py``).
 This module imports nothing outside the standard library.
 """
 
@@ -30,6 +31,13 @@ class EngineConfig:
             speculative engines (``speculative.py``), whose runner proposes and verifies them
             (``runtime.speculative.SpeculativeRunner``); ``Engine`` and ``BatchEngine`` plan one position per
             decode whatever it says (``runtime.factory.build_engine`` picks the engine that reads it).
+        prefix_cache: keep finished prompts' KV slots (and state snapshots) to reuse for prompts that start
+            with the same tokens (``prefix_cache.py``).
+        prefix_block: tokens per block of the prefix index, which is also the snapshot interval: a cached
+            prefix can be reused up to a block end or up to the end of a cached prompt.
+        prefix_snapshots: snapshot slots (state copies) for the prefix cache; None when the model keeps no
+            recurrent state (Qwen2, the toy), where every block end is a reuse point without a snapshot.
+            ``build_engine`` sizes it for a hybrid model.
     """
 
     kv_capacity: int
@@ -39,6 +47,9 @@ class EngineConfig:
     chunked_prefill: bool = False
     pipeline: bool = False
     spec_width: int = 0
+    prefix_cache: bool = False
+    prefix_block: int = 64
+    prefix_snapshots: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("kv_capacity", "max_num_seqs", "max_batched_tokens"):
@@ -46,6 +57,9 @@ class EngineConfig:
         if self.state_capacity is not None:
             _check_int("state_capacity", self.state_capacity, 1)
         _check_int("spec_width", self.spec_width, 0, MAX_SPEC_WIDTH)
+        _check_int("prefix_block", self.prefix_block, 1)
+        if self.prefix_snapshots is not None:
+            _check_int("prefix_snapshots", self.prefix_snapshots, 1)
         if self.spec_width and self.pipeline:
             raise ValueError("pipeline cannot be combined with speculative decoding (a speculative round "
                              "reads its tokens before the next round is planned)")

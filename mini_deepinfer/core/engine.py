@@ -4,9 +4,10 @@ Scope: submitting and cancelling requests,
 admitting them into the cache (KV slots per token, one state slot per request), the ``step()`` loop, the
 simplest schedule (one request at a time, whole prompt first, then one decode token per round), and what
 follows a read: committing each request's tokens (the rules are ``commit.py``'s), finishing, giving back the
-KV slots and state slot of a finished request. ``BatchEngine`` (``batch.py``) replaces only ``schedule()``;
-cross-round execution (``pipeline.py``) changes only *when* a launched round is read; the speculative
-engines (``speculative.py``) replace only how a decode is planned and what follows its commit.
+KV slots and state slot of a finished request, and, with ``config.prefix_cache``, reusing the cached blocks
+of a prompt that starts like an earlier one (``prefix_cache.py``). ``BatchEngine`` (``batch.py``) replaces
+only ``schedule()``; cross-round execution (``pipeline.py``) changes only *when* a launched round is read;
+the speculative engines (``speculative.py``) replace only how a decode is planned and what follows its commit.
 Non-scope: tensors (runners), the numbers themselves (``config.py``). This module imports nothing outside the
 standard library.
 """
@@ -15,11 +16,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 
 from .commit import Delivery, commit_tokens
 from .config import MAX_SPEC_WIDTH, EngineConfig
 from .pipeline import StoppingDecodePipeline
 from .plan import IN_FLIGHT, RoundPlan, RoundResult, SeqPlan
+from .prefix_cache import Hit, PrefixCache
 from .request import FinishReason, Request, RequestStatus, SamplingParams, validate_prompt
 from .runner import Runner
 from .slots import SlotPool
@@ -43,6 +46,10 @@ class Engine:
         self.config = config
         self.kv_pool = SlotPool(config.kv_capacity, "kv")
         self.state_pool = SlotPool(config.state_capacity, "state") if config.state_capacity else None
+        self.prefix_cache = None
+        if config.prefix_cache:
+            snapshots = SlotPool(config.prefix_snapshots, "snapshot") if config.prefix_snapshots else None
+            self.prefix_cache = PrefixCache(self.kv_pool, snapshots, config.prefix_block)
         self.pipeline = StoppingDecodePipeline() if config.pipeline else None
         self.trace = trace if trace is not None else Trace()
         self.requests: dict[str, Request] = {}
@@ -144,19 +151,68 @@ class Engine:
         return sum(r.max_cache_tokens() - len(r.kv_slots) for r in self.running)
 
     def can_admit(self, req: Request) -> bool:
-        """True if the request's worst case fits the unreserved KV slots and a state slot is free."""
-        kv_ok = self.kv_pool.num_free - self.reserved_kv() >= req.max_cache_tokens()
+        """True if the request's worst case fits the unreserved KV slots and a state slot is free.
+
+        With a prefix cache the reused prompt tokens need no new slots, and cached blocks that no request
+        holds are evicted (least recently used first) when that makes the request fit.
+        """
+        hit = self.prefix_hit(req)
+        need = req.max_cache_tokens() - hit.length
+        def kv_ok() -> bool:
+            return self.kv_pool.num_free - self.reserved_kv() >= need
+        if not kv_ok() and self.prefix_cache is not None:
+            self.prefix_cache.evict_until(kv_ok, keep=hit.blocks)
         state_ok = self.state_pool is None or self.state_pool.num_free > 0
-        return kv_ok and state_ok
+        return kv_ok() and state_ok
 
     def admit(self, req: Request) -> None:
         """Move a waiting request to running; it takes a state slot now and KV slots per token."""
         self.waiting.remove(req)
         if self.state_pool is not None:
             req.state_slot = self.state_pool.allocate(1)[0]
+        if self.prefix_cache is not None:
+            self.reuse_prefix(req)
         req.status = RequestStatus.RUNNING
         self.running.append(req)
     # --8<-- [end:admit]
+
+    # --8<-- [start:prefix]
+    def prefix_hit(self, req: Request) -> Hit:
+        """What a waiting request would reuse from the prefix cache (nothing without one)."""
+        return self.prefix_cache.match(req.prompt_token_ids) if self.prefix_cache is not None else Hit()
+
+    def reuse_prefix(self, req: Request) -> None:
+        """Start the request after its cached prompt tokens: their KV slots become its first slots."""
+        hit = self.prefix_cache.acquire(req.request_id, req.prompt_token_ids)
+        req.kv_slots = hit.slots
+        req.num_computed = req.cached_prompt_tokens = hit.length
+        if hit.length:
+            self.trace.emit(self.round_id, "reuse", req.request_id, tokens=hit.length, blocks=len(hit.blocks),
+                            snapshot=hit.snapshot)
+
+    def prefix_states(self, req: Request, seq: SeqPlan) -> SeqPlan:
+        """A prefill chunk's state copies: start from the reused prefix's snapshot (first chunk after a
+        hit), and keep the state at each block end and at the prompt's end that the chunk computes."""
+        cache, end = self.prefix_cache, seq.start_pos + seq.num_tokens
+        first = seq.start_pos == req.cached_prompt_tokens
+        restore = cache.holds[req.request_id].hit.snapshot if first else None
+        saves = cache.save_points(req.request_id, seq.start_pos, end, req.prompt_len)
+        if restore is not None or saves:
+            self.trace.emit(self.round_id, "snapshot", req.request_id, restore=restore,
+                            saves=[f"{p}->{slot}" for p, slot in saves])
+        return replace(seq, restore=restore, saves=saves)
+
+    def index_prompt(self, req: Request, seq: SeqPlan) -> None:
+        """After a prefill chunk is read: index the prompt blocks it completed (they are computed now)."""
+        if self.prefix_cache is not None and seq.kind == "prefill":
+            self.prefix_cache.insert(req.request_id, req.prompt_token_ids, req.kv_slots,
+                                     seq.start_pos + seq.num_tokens)
+
+    def clear_prefix_cache(self) -> None:
+        """Evict every cached block that no request holds (with nothing running, free == capacity after)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+    # --8<-- [end:prefix]
 
     # --8<-- [start:plan]
     # --8<-- [start:plan_prefill]
@@ -164,7 +220,8 @@ class Engine:
         """The next ``n`` prompt tokens; the chunk that ends the prompt also samples."""
         start = req.num_computed
         tokens = req.prompt_token_ids[start : start + n]
-        return self._plan(req, "prefill", tokens, sample=start + n == req.prompt_len)
+        seq = self._plan(req, "prefill", tokens, sample=start + n == req.prompt_len)
+        return seq if self.prefix_cache is None else self.prefix_states(req, seq)
     # --8<-- [end:plan_prefill]
 
     # --8<-- [start:plan_decode]
@@ -208,6 +265,7 @@ class Engine:
                                     round=plan.round_id, why=f"already finished: {req.finish_reason.value}")
                 else:
                     deliveries.append(self.commit_sampled(plan.round_id, seq, result))
+            self.index_prompt(req, seq)
             self.release_if_idle(req)
         return deliveries
     # --8<-- [end:commit_round]
@@ -267,6 +325,8 @@ class Engine:
         state_slot, req.state_slot = req.state_slot, None
         if state_slot is not None:
             self.state_pool.free([state_slot])
+        if self.prefix_cache is not None:
+            self.prefix_cache.release(req.request_id)
         self.runner.release(req.request_id)
         if slots or state_slot is not None:
             self.trace.emit(self.round_id, "free", req.request_id, slots=slots, state_slot=state_slot,

@@ -31,6 +31,9 @@ class SeqPlan:
         state_slot: the request's convolution/recurrent state slot (None for runners without one).
         sample: whether this round samples a token for the request (last prefill chunk, or decode).
         params: the request's sampling parameters.
+        restore: prefix cache: before this chunk, set the state slot to this snapshot slot (the state after
+            the ``start_pos`` reused prompt tokens). None: the state continues (or starts at zero).
+        saves: prefix cache: ``(position, snapshot slot)`` pairs: keep the state after ``position`` tokens.
     """
 
     request_id: str
@@ -42,6 +45,8 @@ class SeqPlan:
     state_slot: int | None
     sample: bool
     params: SamplingParams
+    restore: int | None = None
+    saves: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_tokens(self) -> int:

@@ -102,6 +102,7 @@ class Request:
     kv_slots: list[int] = field(default_factory=list)
     state_slot: int | None = None
     num_computed: int = 0  # positions launched into the cache (committed or still in flight)
+    cached_prompt_tokens: int = 0  # prompt positions reused from the prefix cache, never computed here
     rounds_in_flight: int = 0  # launched rounds that include this request and are not read yet
     samples_in_flight: int = 0  # launched, unread rounds that sample this request's next token
     slots_released: bool = False

@@ -39,10 +39,17 @@ class SpeculativeSeqPlan(SeqPlan):
             round; the round computes positions ``start_pos .. start_pos + spec_width``.
         history: the committed tokens at positions ``0 .. start_pos`` (the last one is ``token_ids[0]``), from
             which a draft model catches up on the tokens it has not seen.
+        draft_restore: prefix cache, on the first decode that runs the draft only: ``(length, snapshot)``:
+            the draft starts after the reused prefix of ``length`` prompt tokens (its keys are in the shared
+            slots, its state in its own copy of that snapshot slot; ``(0, None)``: from position 0).
+        draft_saves: with ``draft_restore``: the ``(position, snapshot slot)`` pairs the target kept while
+            prefilling; the draft keeps its own state at the same positions, in its own cache.
     """
 
     spec_width: int = 0
     history: tuple[int, ...] = ()
+    draft_restore: tuple[int, int | None] | None = None
+    draft_saves: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -91,6 +98,12 @@ class SpeculativeEngine(Engine):
         if config.spec_width < 1:
             raise ValueError(f"a speculative engine needs spec_width >= 1, got {config.spec_width}")
         super().__init__(runner, config, trace)
+        self.drafted: set[str] = set()  # prefix cache: requests whose draft was told where to start
+
+    def release_if_idle(self, req: Request) -> None:
+        super().release_if_idle(req)
+        if req.slots_released:
+            self.drafted.discard(req.request_id)
 
     # --8<-- [start:plan_decode]
     def plan_decode(self, req: Request, budget: int | None = None) -> SpeculativeSeqPlan:
@@ -104,8 +117,26 @@ class SpeculativeEngine(Engine):
             request_id=req.request_id, kind="decode", token_ids=(token,), start_pos=start,
             new_slots=tuple(new_slots), context_slots=tuple(req.kv_slots), state_slot=req.state_slot,
             sample=True, params=req.params, spec_width=width,
-            history=req.prompt_token_ids + tuple(req.output_token_ids))
+            history=req.prompt_token_ids + tuple(req.output_token_ids), **self.draft_prefix(req, width))
     # --8<-- [end:plan_decode]
+
+    # --8<-- [start:draft_prefix]
+    def draft_prefix(self, req: Request, width: int) -> dict:
+        """Prefix cache: on the first decode that runs the draft, where the draft starts (after the reused
+        prefix) and where it keeps its own snapshots as it catches up on the prompt (where the target did)."""
+        hold = self.prefix_cache.holds[req.request_id] if self.prefix_cache is not None else None
+        if hold is None or width == 0 or req.request_id in self.drafted:
+            return {}
+        self.drafted.add(req.request_id)
+        return {"draft_restore": (hold.hit.length, hold.hit.snapshot),
+                "draft_saves": tuple(sorted(hold.saves.items()))}
+
+    def index_prompt(self, req: Request, seq: SeqPlan) -> None:
+        """The prompt is indexed once BOTH models hold it: after the first decode that ran the draft (which
+        catches up on the prompt there), not after the prefill. A request that never drafts is not indexed."""
+        if isinstance(seq, SpeculativeSeqPlan) and seq.draft_restore is not None:
+            self.prefix_cache.insert(req.request_id, req.prompt_token_ids, req.kv_slots, req.prompt_len)
+    # --8<-- [end:draft_prefix]
 
     # --8<-- [start:decode_width]
     def decode_width(self, req: Request, budget: int | None) -> int:

@@ -7,6 +7,9 @@ holds one sequence's whole past, whatever its length. The model reads and writes
 ``forward``; this class also resets state slots and keeps *snapshots*: the per-position states of sequences
 whose forward asked for them (``SeqInput.snapshot``), so that speculative decoding can set a state slot back
 to the state after any verified position. ("Capture" in this package means CUDA-graph capture only.)
+*Prefix snapshots* are another thing: ``snapshot_capacity`` rows per linear-attention layer, each a copy of
+one sequence's convolution window and recurrent state after a given prompt position, kept for the prefix
+cache (``core/prefix_cache.py``) and copied back into a state slot when a new request reuses that prefix.
 
 Non-scope: slot accounting. Which slots are free, and when a slot may be released, is decided by the engine's
 ``SlotPool``; the cache never allocates or frees slots.
@@ -39,6 +42,8 @@ class HybridCache:
         device: Where the tensors live.
         dummy_slots: add one more KV slot and one more state slot that no request ever holds
             (``dummy_kv_slot``, ``dummy_state_slot``): the padding rows of captured decode graphs write there.
+        snapshot_capacity: prefix snapshots (``prefix_conv``, ``prefix_recurrent``: rows shaped like a state
+            slot's, ``snapshot_bytes()`` each), indexed by the engine's snapshot slots.
     """
 
     # --8<-- [start:tensors]
@@ -50,6 +55,7 @@ class HybridCache:
         dtype: torch.dtype,
         device: torch.device | str,
         dummy_slots: bool = False,
+        snapshot_capacity: int = 0,
     ) -> None:
         if kv_capacity < 1 or state_capacity < 0:
             raise ValueError(f"invalid cache capacity: kv {kv_capacity}, state {state_capacity}")
@@ -80,6 +86,11 @@ class HybridCache:
             self.recurrent_state[i] = torch.zeros(rec_shape, dtype=torch.float32, device=self.device)
         # state slot -> "conv" / "recurrent" -> layer -> [positions, ...]: the state after each position
         self.snapshots: dict[int, dict[str, dict[int, torch.Tensor]]] = {}
+        self.snapshot_capacity = snapshot_capacity
+        self.prefix_conv = {i: t.new_zeros((snapshot_capacity, *t.shape[1:]))
+                            for i, t in self.conv_state.items()}
+        self.prefix_recurrent = {i: t.new_zeros((snapshot_capacity, *t.shape[1:]))
+                                 for i, t in self.recurrent_state.items()}
     # --8<-- [end:tensors]
 
     def _state_tensors(self) -> list[torch.Tensor]:
@@ -129,6 +140,26 @@ class HybridCache:
         self.snapshots.pop(slot, None)
     # --8<-- [end:snapshots]
 
+    # --8<-- [start:prefix_snapshots]
+    def keep_prefix_state(self, kind: str, layer: int, snapshot: int, state: torch.Tensor) -> None:
+        """Copy one layer's state of one sequence (``"conv"`` window or ``"recurrent"`` state) into a prefix
+        snapshot slot. Only a request's own, not yet indexed snapshot slots are ever written."""
+        held = self.prefix_conv if kind == "conv" else self.prefix_recurrent
+        held[layer][snapshot].copy_(state)
+
+    def load_prefix_states(self, pairs: tuple[tuple[int, int], ...]) -> None:
+        """For each ``(state slot, snapshot slot)``: the state slot takes the snapshot, in every layer."""
+        for i in self.conv_state:
+            for slot, snapshot in pairs:
+                self.conv_state[i][slot].copy_(self.prefix_conv[i][snapshot])
+                self.recurrent_state[i][slot].copy_(self.prefix_recurrent[i][snapshot])
+
+    def snapshot_bytes(self) -> int:
+        """Bytes of one prefix snapshot: one convolution window and one recurrent state per linear layer."""
+        rows = list(self.conv_state.values()) + list(self.recurrent_state.values())
+        return sum(t[0].numel() * t.element_size() for t in rows)
+    # --8<-- [end:prefix_snapshots]
+
     def read_kv(self, slots: torch.Tensor) -> dict[str, list[torch.Tensor]]:
         """Return clones of the keys and values at ``slots``: ``{"key": [...], "value": [...]}``."""
         return {
@@ -139,4 +170,5 @@ class HybridCache:
     def nbytes(self) -> int:
         """Total bytes held by the cache tensors."""
         tensors = list(self.key_cache.values()) + list(self.value_cache.values()) + self._state_tensors()
+        tensors += list(self.prefix_conv.values()) + list(self.prefix_recurrent.values())
         return sum(t.numel() * t.element_size() for t in tensors)

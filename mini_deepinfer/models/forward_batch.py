@@ -41,6 +41,9 @@ class RoundLayout:
         masked: the decode group's keys are padded and need ``decode_kv_mask``.
         decode_state_range: the group's state slots as a slice, when they are consecutive.
         in_flight: some input tokens come from the previous round's sampled tokens.
+        restores: prefix cache: ``(state slot, snapshot slot)`` pairs loaded before the round.
+        saves: prefix cache: ``(sequence, tokens, snapshot slot)``: keep the sequence's state after that many
+            of its new tokens (such sequences run outside the decode group).
     """
 
     query_lens: list[int]
@@ -54,11 +57,17 @@ class RoundLayout:
     masked: bool = False
     decode_state_range: slice | None = None
     in_flight: bool = False
+    restores: tuple[tuple[int, int], ...] = ()
+    saves: tuple[tuple[int, int, int], ...] = ()
     decode_rows: torch.Tensor | None = field(default=None, compare=False)  # [D] rows of the group
     decode_state_slots: torch.Tensor | None = field(default=None, compare=False)  # [D]
     decode_kv_index: torch.Tensor | None = field(default=None, compare=False)  # [D, L] KV slots per key
     decode_kv_mask: torch.Tensor | None = field(default=None, compare=False)  # [D, 1, 1, L] real keys
 # --8<-- [end:round_layout]
+
+    def saves_of(self, b: int) -> list[tuple[int, int]]:
+        """Sequence ``b``'s prefix snapshots: ``(tokens into its chunk, snapshot slot)``, in order."""
+        return [(n, slot) for seq, n, slot in self.saves if seq == b]
 
     @property
     def all_decode(self) -> bool:

@@ -357,12 +357,15 @@ class CausalLM(nn.Module):
         return self.lm_head(self.model.norm(hidden))
 
     def prepare(self, batch: ForwardBatch, cache: HybridCache) -> ForwardContext:
-        """Zero the state slots of fresh sequences and compute what all layers share.
+        """Zero the state slots of fresh sequences, load those that start from a cached prefix's snapshot,
+        and compute what all layers share.
 
         How many slots are fresh is a host integer (``layout.fresh_count``): no device value is read here.
         """
         if cache.conv_state and batch.layout.fresh_count:
             cache.reset_states(batch.fresh_slots)
+        if batch.layout.restores:
+            cache.load_prefix_states(batch.layout.restores)
         dtype = self.model.embed_tokens.weight.dtype
         cos, sin = self.rotary.cos_sin(batch.positions, dtype)
         return ForwardContext(batch=batch, cache=cache, cos=cos, sin=sin)

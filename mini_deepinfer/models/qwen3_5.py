@@ -28,6 +28,7 @@ from torch import nn
 from mini_deepinfer.models.config import LINEAR_ATTENTION, Qwen35Config
 from mini_deepinfer.models.forward_batch import ForwardContext
 from mini_deepinfer.models.kernels.deltanet import (
+    CHUNK_SIZE,
     causal_conv_step,
     causal_conv_with_window,
     chunked_delta_rule,
@@ -136,6 +137,11 @@ class GatedDeltaNet(nn.Module):
             if b in layout.snapshot_seqs:  # a verify keeps the window after each position (lesson 13)
                 after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
                 ctx.cache.record_snapshots("conv", self.layer_idx, layout.state_slot_ids[b], after)
+            width = old.shape[-1]
+            for tokens, snapshot in layout.saves_of(b):  # prefix cache: the window after that many tokens
+                last = mixed[start + max(tokens - width, 0) : start + tokens].transpose(0, 1).to(old.dtype)
+                window = torch.cat([old[0], last], -1)[:, -width:]
+                ctx.cache.keep_prefix_state("conv", self.layer_idx, snapshot, window)
             windows.index_copy_(0, slot, new)
             out[start : start + n] = y[0]
         return out
@@ -186,12 +192,38 @@ class GatedDeltaNet(nn.Module):
                 o, after = recurrent_delta_states(*heads_first, states.index_select(0, slot))
                 ctx.cache.record_snapshots("recurrent", self.layer_idx, layout.state_slot_ids[b], after[:, 0])
                 new = after[-1]
-            else:  # a prompt chunk: the chunked algorithm, only the last state
-                o, new = chunked_delta_rule(*heads_first, states.index_select(0, slot))
+            else:  # a prompt chunk: the chunked algorithm, only the last state (and the prefix cache's)
+                old = states.index_select(0, slot)
+                o, new = self.chunked_in_pieces(heads_first, old, layout.saves_of(b), ctx)
             # --8<-- [end:snapshot_or_chunked]
             states.index_copy_(0, slot, new)
             out[rows] = o[0].transpose(0, 1)
         return out
+
+
+    # --8<-- [start:chunked_in_pieces]
+    def chunked_in_pieces(
+        self, heads_first: list[torch.Tensor], state: torch.Tensor, saves: list[tuple[int, int]],
+        ctx: ForwardContext,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The chunked delta rule over one sequence, keeping the state at each prefix-cache save point
+        (``saves``: tokens into the chunk, snapshot slot). A point on a kernel chunk boundary is kept as the
+        kernel passes it (``after_chunk``); the run is cut only at one that is not (with blocks a multiple of
+        ``CHUNK_SIZE``, only the first). Inputs are ``[1, H, L, ...]``; returns the outputs and last state."""
+        length, wanted = heads_first[0].shape[2], dict(saves)
+        outputs, begin = [], 0
+        while begin < length:
+            end = next((t for t in sorted(wanted) if t > begin and (t - begin) % CHUNK_SIZE), length)
+            def keep(done: int, now: torch.Tensor, begin: int = begin) -> None:
+                if begin + done in wanted:
+                    ctx.cache.keep_prefix_state("recurrent", self.layer_idx, wanted[begin + done], now[0])
+            o, state = chunked_delta_rule(*[t[:, :, begin:end] for t in heads_first], state,
+                                          after_chunk=keep if wanted else None)
+            outputs.append(o)
+            keep(end - begin, state)
+            begin = end
+        return torch.cat(outputs, dim=2), state
+    # --8<-- [end:chunked_in_pieces]
 
 
 class GatedAttention(nn.Module):

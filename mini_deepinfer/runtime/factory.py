@@ -25,7 +25,8 @@ from mini_deepinfer.runtime.model_runner import ModelRunner
 from mini_deepinfer.runtime.speculative.draft import ModelDraft, check_same_vocabulary
 from mini_deepinfer.runtime.speculative.runner import SpeculativeRunner
 
-__all__ = ["build_engine", "check_draft", "engine_class", "new_cache", "new_runner", "use_graphs"]
+__all__ = ["build_engine", "check_draft", "default_snapshots", "engine_class", "new_cache", "new_runner",
+           "use_graphs", "with_prefix_snapshots"]
 
 
 GRAPHS_BY_DEFAULT: frozenset[str] = frozenset()
@@ -35,10 +36,29 @@ graph path has been measured on such a device (``python -m mini_deepinfer.bench.
 
 
 def new_cache(model: CausalLM, kv_capacity: int, state_capacity: int,
-              dummy_slots: bool = False) -> HybridCache:
-    """A cache for ``model`` on its device and in its dtype (with the dummy slots that graphs need)."""
+              dummy_slots: bool = False, snapshot_capacity: int = 0) -> HybridCache:
+    """A cache for ``model`` on its device and in its dtype (with the dummy slots that graphs need, and the
+    prefix cache's snapshots)."""
     weight = model.lm_head.weight
-    return HybridCache(model.config, kv_capacity, state_capacity, weight.dtype, weight.device, dummy_slots)
+    return HybridCache(model.config, kv_capacity, state_capacity, weight.dtype, weight.device, dummy_slots,
+                       snapshot_capacity)
+
+
+def default_snapshots(config: EngineConfig) -> int:
+    """Prefix snapshots when none are asked for: one per block the KV slots can hold, plus one prompt end
+    per request that can run at once."""
+    return config.kv_capacity // config.prefix_block + config.max_num_seqs
+
+
+def with_prefix_snapshots(config: EngineConfig, *models: CausalLM | None) -> EngineConfig:
+    """A prefix cache over a model with recurrent layers needs snapshot slots; over one without (Qwen2)
+    none, and every block end is a reuse point."""
+    if not config.prefix_cache:
+        return replace(config, prefix_snapshots=None)
+    stateful = any(m is not None and m.config.linear_attention_layers for m in models)
+    if not stateful:
+        return replace(config, prefix_snapshots=None)
+    return replace(config, prefix_snapshots=config.prefix_snapshots or default_snapshots(config))
 
 
 def use_graphs(device: torch.device, asked: bool | None) -> bool:
@@ -63,7 +83,9 @@ def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | Non
     Args:
         model: the model that computes every committed token (the target, with a draft).
         config: capacities and modes. Without ``state_capacity`` every cache gets as many state slots as
-            requests can run at once: ``max_num_seqs`` for a ``BatchEngine``, one for an ``Engine``.
+            requests can run at once: ``max_num_seqs`` for a ``BatchEngine``, one for an ``Engine``. With
+            ``prefix_cache``, every cache over a model with recurrent layers gets ``prefix_snapshots``
+            snapshot slots (``default_snapshots`` when not given).
         draft: a draft model for speculative decoding; ``config.spec_width`` must then be at least 1.
         batching: a ``BatchEngine`` (budget, chunking, many requests) rather than one request at a time.
         trace: where the engine's trace events go.
@@ -82,12 +104,13 @@ def build_engine(model: CausalLM, config: EngineConfig, *, draft: CausalLM | Non
                          "no draft model")
     if config.state_capacity is None:
         config = replace(config, state_capacity=config.max_num_seqs if batching else 1)
+    config = with_prefix_snapshots(config, model, draft)
     if runner is None:
         runner = new_runner(model, config, draft, keep_logits, use_graphs and draft is None, compile_step)
-    held = (runner.cache.kv_capacity, runner.cache.state_capacity)
-    if held != (config.kv_capacity, config.state_capacity):
-        raise ValueError(f"the runner's cache holds {held} KV and state slots, the config asks for "
-                         f"{(config.kv_capacity, config.state_capacity)}")
+    held = (runner.cache.kv_capacity, runner.cache.state_capacity, runner.cache.snapshot_capacity)
+    if held != (config.kv_capacity, config.state_capacity, config.prefix_snapshots or 0):
+        raise ValueError(f"the runner's cache holds {held} KV, state and snapshot slots, the config asks for "
+                         f"{(config.kv_capacity, config.state_capacity, config.prefix_snapshots or 0)}")
     return engine_class(speculative=config.spec_width > 0, batching=batching)(runner, config, trace)
 # --8<-- [end:build_engine]
 
@@ -103,10 +126,11 @@ def new_runner(model: CausalLM, config: EngineConfig, draft: CausalLM | None, ke
                use_graphs: bool, compile_step: bool = False) -> ModelRunner:
     """A runner and its caches, sized as ``config`` says (graphs are compiled, with ``compile_step``, and
     captured here, before any request)."""
-    cache = new_cache(model, config.kv_capacity, config.state_capacity, dummy_slots=use_graphs)
+    snapshots = config.prefix_snapshots or 0
+    cache = new_cache(model, config.kv_capacity, config.state_capacity, use_graphs, snapshots)
     if draft is None:
         graphs = DecodeGraphs(model, cache, compile=compile_step) if use_graphs else None
         return ModelRunner(model, cache, keep_logits, graphs)
     check_same_vocabulary(model, draft)
-    draft_cache = new_cache(draft, config.kv_capacity, config.state_capacity)
+    draft_cache = new_cache(draft, config.kv_capacity, config.state_capacity, snapshot_capacity=snapshots)
     return SpeculativeRunner(model, cache, ModelDraft(draft, draft_cache))

@@ -110,7 +110,8 @@ class ModelRunner:
             in_flight = IN_FLIGHT in s.token_ids  # only ever a decode's one input
             return SeqInput(token_ids=tuple(0 if in_flight else t for t in s.token_ids), start=s.start_pos,
                             kv_slots=s.context_slots, state_slot=s.state_slot or 0,
-                            in_flight_row=self.sampled_rows[s.request_id] if in_flight else None)
+                            in_flight_row=self.sampled_rows[s.request_id] if in_flight else None,
+                            restore=s.restore, saves=s.saves)
 
         return [seq_input(s) for s in plan.seqs]
 

@@ -24,7 +24,8 @@ import torch
 
 from mini_deepinfer.models.forward_batch import ForwardBatch, RoundLayout
 
-__all__ = ["Padding", "SeqInput", "Staging", "batch_from_sequences", "batch_from_views", "stage_round"]
+__all__ = ["Padding", "SeqInput", "Staging", "batch_from_inputs", "batch_from_sequences", "batch_from_views",
+           "stage_round"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,8 @@ class SeqInput:
         in_flight_row: the host has not seen the first new token yet: it is this row of the previous
             round's sampled tokens, still on the device (cross-round execution). None: the token is here.
         snapshot: keep the linear-attention state after each new token (speculative verification).
+        restore: prefix cache: load the state slot from this snapshot slot before the round.
+        saves: prefix cache: ``(position, snapshot slot)``: keep the state after ``position`` tokens.
     """
 
     token_ids: Sequence[int]
@@ -47,6 +50,8 @@ class SeqInput:
     state_slot: int
     in_flight_row: int | None = None
     snapshot: bool = False
+    restore: int | None = None
+    saves: tuple[tuple[int, int], ...] = ()
 
     @property
     def context_len(self) -> int:
@@ -145,7 +150,8 @@ def stage_round(seqs: Sequence[SeqInput], staging: Staging, logits_rows: Sequenc
     query_lens = [len(s.token_ids) for s in seqs]
     row_offsets = [0, *accumulate(query_lens)][:-1]  # row of each sequence's first token
     snapshots = frozenset(b for b, s in enumerate(seqs) if s.snapshot)
-    decode = [b for b, n in enumerate(query_lens) if n == 1 and b not in snapshots]
+    saves = tuple((b, p - s.start, slot) for b, s in enumerate(seqs) for p, slot in s.saves)
+    decode = [b for b, n in enumerate(query_lens) if n == 1 and b not in snapshots and not seqs[b].saves]
     prefill = [b for b in range(len(seqs)) if b not in decode]
     staging.add("input_ids", [t for s in seqs for t in s.token_ids])
     staging.add("in_flight_rows", [row for s in seqs for row in s.token_rows()])
@@ -165,6 +171,8 @@ def stage_round(seqs: Sequence[SeqInput], staging: Staging, logits_rows: Sequenc
     return RoundLayout(query_lens=query_lens, context_lens=[s.context_len for s in seqs],
                        row_offsets=row_offsets, decode_seqs=decode, prefill_seqs=prefill,
                        snapshot_seqs=snapshots, state_slot_ids=ids, fresh_count=len(fresh), masked=masked,
+                       restores=tuple((s.state_slot, s.restore) for s in seqs if s.restore is not None),
+                       saves=saves,
                        decode_state_range=_consecutive([ids[b] for b in decode]),
                        in_flight=any(s.in_flight_row is not None for s in seqs))
 # --8<-- [end:stage_round]
@@ -248,6 +256,12 @@ def batch_from_sequences(
     """
     seqs = [SeqInput(token_ids=tuple(t), start=s, kv_slots=tuple(k), state_slot=slot)
             for t, s, k, slot in zip(new_tokens, start_positions, kv_slots, state_slots)]
+    return batch_from_inputs(seqs, device, all_logits)
+
+
+def batch_from_inputs(seqs: Sequence[SeqInput], device: torch.device | str = "cpu",
+                      all_logits: bool = False) -> ForwardBatch:
+    """``batch_from_sequences`` for sequences already made (with restores or saves, for one)."""
     ends = [end - 1 for end in accumulate(len(s.token_ids) for s in seqs)]
     rows = list(range(sum(len(s.token_ids) for s in seqs))) if all_logits else ends
     staging = Staging()

@@ -14,6 +14,9 @@ A record is a plain dict with these top-level keys, in this order::
     requests, cache, checks, timings, [execution]
 
 ``draft_model`` appears only in two-model (speculative) runs, like ``committed_groups`` in a request.
+``cached_prompt_tokens`` in a request (how many of its prompt tokens came from the prefix cache, as vLLM's
+``num_cached_tokens``) and ``prefix_cached`` in ``cache.target.kv`` (KV slots the prefix cache still holds
+at the end) appear only in runs with the prefix cache.
 ``execution`` says how the rounds ran: ``graphs`` (decode rounds on static buffers), ``captured`` (replayed as
 device graphs), ``compiled`` (their step through ``torch.compile``) and ``rounds`` (how many ran each way).
 """
@@ -325,11 +328,13 @@ class RunRecord:
         first_token_s: float | None = None,
         committed_groups: Sequence[Sequence[int]] | None = None,
         seed: int | None = None,
+        cached_prompt_tokens: int | None = None,
     ) -> None:
         """Append one finished request (in submission order) and its time to first token.
 
-        ``committed_groups`` (two-model runs) and ``seed`` (the generator's ``initial_seed()`` of a sampled
-        request, so an unseeded run can be replayed) are stored only when given.
+        ``committed_groups`` (two-model runs), ``seed`` (the generator's ``initial_seed()`` of a sampled
+        request, so an unseeded run can be replayed) and ``cached_prompt_tokens`` (prompt tokens reused from
+        the prefix cache) are stored only when given.
         """
         entry: dict[str, Any] = {
             "prompt": prompt,
@@ -342,6 +347,8 @@ class RunRecord:
             entry["committed_groups"] = [list(group) for group in committed_groups]
         if seed is not None:
             entry["seed"] = seed
+        if cached_prompt_tokens is not None:
+            entry["cached_prompt_tokens"] = cached_prompt_tokens
         self.requests.append(entry)
         self.timings["first_token_s"].append(first_token_s)
 

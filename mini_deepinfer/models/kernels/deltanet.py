@@ -13,6 +13,8 @@ sequences take which path (it does), and the CPU-only multiply-adds (``cpu.tap_s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -154,6 +156,10 @@ def windows_after_each(window: torch.Tensor, x: torch.Tensor, kernel: int) -> to
 # --8<-- [end:snapshots]
 
 
+CHUNK_SIZE = 32
+"""Tokens per chunk of ``chunked_delta_rule`` unless told otherwise."""
+
+
 def chunked_delta_rule(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -161,7 +167,8 @@ def chunked_delta_rule(
     g: torch.Tensor,
     beta: torch.Tensor,
     state: torch.Tensor,
-    chunk_size: int = 32,
+    chunk_size: int = CHUNK_SIZE,
+    after_chunk: Callable[[int, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The gated delta rule over ``L`` tokens in chunks: matrix products inside a chunk, a scan across chunks.
 
@@ -179,6 +186,8 @@ def chunked_delta_rule(
         chunk_size: Tokens per chunk (fewer when ``L`` is shorter). The work inside a chunk grows with its
             square, the scan's sequential steps with ``L / chunk_size``; 32 keeps the first small for
             128-dim heads. Every size gives the token-by-token result up to rounding (the tests compare).
+        after_chunk: called after each chunk with the tokens done so far (at most ``L``: padding leaves the
+            state as it is) and the state then; the prefix cache keeps its snapshots this way.
 
     Returns:
         ``(o, final_state)`` with ``o`` of shape ``[..., L, dv]``.
@@ -218,6 +227,8 @@ def chunked_delta_rule(
         v_new = u[i] - w[i] @ state
         torch.matmul(q_decayed[i], state, out=out[i]).add_(intra[i] @ v_new)
         state.mul_(chunk_decay[i]).add_(k_decayed_t[i] @ v_new)
+        if after_chunk is not None:
+            after_chunk(min((i + 1) * size, length), state)
     out = out.movedim(0, -3)
     return out.reshape(*out.shape[:-3], n * size, out.shape[-1])[..., :length, :], state
 

@@ -18,7 +18,7 @@ from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.sampling import draw, probabilities
-from mini_deepinfer.runtime.staging import batch_from_sequences
+from mini_deepinfer.runtime.staging import SeqInput, batch_from_inputs
 
 __all__ = ["DraftJob", "DraftSettle", "ModelDraft", "Proposal", "check_same_vocabulary", "draft_keeps"]
 
@@ -43,6 +43,8 @@ class DraftJob:
     state_slot: int
     params: SamplingParams
     generator: torch.Generator | None
+    restore: tuple[int, int | None] | None = None  # prefix cache: (length, snapshot) to start the draft from
+    saves: tuple[tuple[int, int], ...] = ()  # prefix cache: (position, snapshot) to keep as it catches up
 
 
 @dataclass(kw_only=True)
@@ -99,7 +101,7 @@ class ModelDraft:
         for step in range(max((j.width for j in jobs), default=0)):
             inputs = [props[j.request_id].inputs[-1] for j in active]
             starts = [props[j.request_id].topup_start if step == 0 else j.start + step for j in active]
-            logits = self._forward(active, inputs, starts)
+            logits = self._forward(active, inputs, starts, first=step == 0)
             for job, row in zip(active, logits):
                 self._choose(job, row, props[job.request_id])
                 self.computed[job.request_id] = job.start + step + 1
@@ -110,17 +112,26 @@ class ModelDraft:
         return props
     # --8<-- [end:model_draft]
 
+    # --8<-- [start:top_up]
     def _top_up(self, job: DraftJob) -> Proposal:
-        """The request's first draft input: every committed token the draft cache has not seen, up to t0."""
-        start = self.computed.get(job.request_id, 0)
+        """The request's first draft input: every committed token the draft cache has not seen, up to t0.
+
+        With the prefix cache, the draft's first run starts after the reused prompt tokens: their keys are in
+        the shared KV slots of the draft cache and their state in the draft's own snapshot (``job.restore``),
+        so the draft never writes a shared slot.
+        """
+        start = self.computed.get(job.request_id, 0) if job.restore is None else job.restore[0]
         return Proposal(topup_start=start, inputs=[job.history[start : job.start + 1]])
 
-    def _forward(self, jobs: list[DraftJob], inputs: list[list[int]], starts: list[int]) -> torch.Tensor:
-        device = self.model.lm_head.weight.device
-        batch = batch_from_sequences(inputs, starts, [j.kv_slots for j in jobs], [j.state_slot for j in jobs],
-                                     device=device)
+    def _forward(self, jobs: list[DraftJob], inputs: list[list[int]], starts: list[int],
+                 first: bool = False) -> torch.Tensor:
+        """One draft forward; the first (the top-up) also restores and keeps prefix snapshots."""
+        seqs = [SeqInput(token_ids=tuple(tokens), start=start, kv_slots=j.kv_slots, state_slot=j.state_slot,
+                         restore=j.restore[1] if first and j.restore else None,
+                         saves=j.saves if first else ()) for j, tokens, start in zip(jobs, inputs, starts)]
         self.forwards += 1
-        return self.model(batch, self.cache)
+        return self.model(batch_from_inputs(seqs, self.model.lm_head.weight.device), self.cache)
+    # --8<-- [end:top_up]
 
     # --8<-- [start:choose]
     def _choose(self, job: DraftJob, row: torch.Tensor, prop: Proposal) -> None:

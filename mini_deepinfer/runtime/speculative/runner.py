@@ -144,7 +144,8 @@ class SpeculativeRunner(ModelRunner):
     def _job(self, seq: SpeculativeSeqPlan) -> DraftJob:
         return DraftJob(request_id=seq.request_id, history=list(seq.history), start=seq.start_pos,
                         width=seq.spec_width, kv_slots=seq.context_slots, state_slot=seq.state_slot,
-                        params=seq.params, generator=self._generator(seq))
+                        params=seq.params, generator=self._generator(seq), restore=seq.draft_restore,
+                        saves=seq.draft_saves)
 
     def _logit_rows(self, plan: RoundPlan, jobs: dict) -> tuple[list[int], dict[str, slice]]:
         """Rows that need logits: each verified position of a speculative decode, else the sampled row."""
