@@ -35,7 +35,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mini_deepinfer.tools.files import default_file_mode
+from mini_deepinfer.tools.files import default_file_mode, disk_errors
 
 __all__ = [
     "RECORD_KEYS",
@@ -234,10 +234,18 @@ def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
 
     Raises:
         RecordError: the record holds a value JSON cannot encode, or the path is unusable.
-        OSError: the disk write itself failed.
+        NoSpaceError: the file system is full (the old file stays as it was).
+        OSError: the disk write itself failed otherwise.
     """
     target = check_output_path(path)
     text = _encode(record)
+    with disk_errors(path):
+        _write_text(target, text)
+
+
+def _write_text(target: Path, text: str) -> None:
+    """Write ``text`` into a FIFO or device as it is, or atomically over a regular file (a temporary file
+    renamed into place, removed on any error)."""
     if _is_special(target):
         with open(target, "w", encoding="utf-8") as file:
             file.write(text)
