@@ -26,6 +26,7 @@ from mini_deepinfer.tools.cli import (
     OneLineParser,
     UsageError,
     add_execution_options,
+    argument_bytes,
     execution_choice,
     in_flag_terms,
     run_command,
@@ -176,7 +177,7 @@ def check_prompt_text(prompt: str, index: int) -> str:
     """A ``--prompt`` must be UTF-8. Python decodes arguments with the locale's encoding, keeping bytes it
     cannot decode as lone surrogates; so the argument's own bytes are taken back and decoded as UTF-8: under
     ``LC_ALL=C`` a valid ``你好`` is accepted, under any locale a byte that is not UTF-8 is refused."""
-    data = os.fsencode(prompt)
+    data = argument_bytes(prompt)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

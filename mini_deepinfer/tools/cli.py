@@ -11,6 +11,7 @@ an argparse type for comma-separated numbers. Standard library only. Non-scope: 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -18,8 +19,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 __all__ = [
-    "Interrupted", "OneLineParser", "STOP_SIGNALS", "UsageError", "add_execution_options", "execution_choice",
-    "in_flag_terms", "positive_ints", "run_command", "stop_signals_raise",
+    "Interrupted", "OneLineParser", "STOP_SIGNALS", "UsageError", "add_execution_options", "argument_bytes",
+    "argument_text", "execution_choice", "in_flag_terms", "positive_ints", "run_command",
+    "stop_signals_raise",
 ]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -151,6 +153,20 @@ def in_flag_terms(flags: Mapping[str, str]) -> Iterator[None]:
             raise
         raise UsageError(f"{flags[name]} {rest}") from None
 # --8<-- [end:in_flag_terms]
+
+
+def argument_bytes(arg: str) -> bytes:
+    """The bytes a command-line argument arrived as. Python decodes them with the locale's encoding (ASCII
+    under ``LC_ALL=C``) and keeps each byte it cannot decode as a lone surrogate; this undoes that."""
+    try:
+        return os.fsencode(arg)
+    except UnicodeEncodeError:  # text handed over in-process (``main([...])``), not from a command line
+        return arg.encode("utf-8", "surrogateescape")
+
+
+def argument_text(arg: str) -> str:
+    """An argument as UTF-8 text whatever the locale; bytes that are not UTF-8 become ``\\xNN`` escapes."""
+    return argument_bytes(arg).decode("utf-8", "backslashreplace")
 
 
 def positive_ints(text: str) -> list[int]:

@@ -35,6 +35,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mini_deepinfer.tools.cli import argument_text
 from mini_deepinfer.tools.files import default_file_mode, disk_errors
 
 __all__ = [
@@ -315,7 +316,7 @@ class RunRecord:
     def start(cls, command: Sequence[str], config: dict[str, Any] | None = None) -> RunRecord:
         """A record stamped now, with the engine's commit (dirty: the package differs from it) + version."""
         return cls(
-            command=list(command),
+            command=[argument_text(arg) for arg in command],
             config=dict(config or {}),
             source_sha=package_source_sha(),
             version=package_version(),
