@@ -81,7 +81,7 @@ def test_every_test_the_kinds_table_names_exists():
     from site_scripts.gen_reliability import KINDS
 
     kinds = {kind for kind, _, _ in KINDS}
-    assert len(kinds) == 6
+    assert len(kinds) == 8
     for _, _, test in KINDS:
         path, _, name = test.partition("::")
         assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), test
@@ -518,8 +518,11 @@ def test_a_utf8_prompt_under_the_c_locale_is_accepted_and_printed(tiny_checkpoin
     env = command_env({"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "", "LANG": "C"})
     record = tmp_path / "run.json"
     argv = [sys.executable, "-m", "mini_deepinfer.generate", "--model", str(tiny_checkpoint), "--prompt",
-            "你好", "--max-new-tokens", "3", "--cache-capacity", "64", "--output", str(record)]
+            "你好", "--max-new-tokens", "8", "--temperature", "1", "--seed", "0", "--cache-capacity", "64",
+            "--output", str(record)]
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=120)
     assert (proc.returncode, proc.stderr) == (0, b""), proc.stderr
-    assert json.loads(record.read_text(encoding="utf-8"))["requests"][0]["prompt"] == "你好"
-    assert proc.stdout.isascii() and b"[length; 3 output tokens" in proc.stdout
+    request = json.loads(record.read_text(encoding="utf-8"))["requests"][0]
+    assert request["prompt"] == "你好" and not request["text"].isascii()  # sampled random tokens
+    shown = request["text"].encode("ascii", "backslashreplace")
+    assert proc.stdout.isascii() and shown in proc.stdout and b"[length; 8 output tokens" in proc.stdout
