@@ -345,13 +345,18 @@ def test_a_stop_signal_inside_exec_ends_with_its_code_after_cleanup_even_if_it_c
     assert proc.stdout == "cleanup started\ncleanup finished\n"
 
 
-@pytest.mark.parametrize("signal_name, code", [("SIGTERM", 143), ("SIGHUP", 129)])
+WRITERS = {"random_checkpoint": ["mini_deepinfer.random_checkpoint", "--preset", "tiny", "{out}"],
+           "write_draft": ["mini_deepinfer.model_draft_demo", "--write-draft", "{ckpt}", "{out}"]}
+
+
+@pytest.mark.parametrize("signal_name, code, writer", [
+    ("SIGTERM", 143, "write_draft"), ("SIGHUP", 129, "write_draft"),
+    pytest.param("SIGTERM", 143, "random_checkpoint", marks=pytest.mark.slow)])  # builds the tokenizer first
 def test_sigterm_or_sighup_while_a_checkpoint_is_written_leaves_nothing_behind(
-        tiny_checkpoint, tmp_path, stop_driver, signal_name, code):
-    out = tmp_path / "out"
-    cases = {"SIGTERM": ["mini_deepinfer.random_checkpoint", "--preset", "tiny", str(out)],
-             "SIGHUP": ["mini_deepinfer.model_draft_demo", "--write-draft", str(tiny_checkpoint), str(out)]}
-    result = stopped(stop_driver, signal_name, ".out.partial-", cases[signal_name])
+        tiny_checkpoint, tmp_path, stop_driver, signal_name, code, writer):
+    argv = [a.replace("{ckpt}", str(tiny_checkpoint)).replace("{out}", str(tmp_path / "out"))
+            for a in WRITERS[writer]]
+    result = stopped(stop_driver, signal_name, ".out.partial-", argv)
     assert result == (code, f"error: interrupted by {signal_name}\n")
     assert list(tmp_path.iterdir()) == [], "no hidden .partial- folder is left"
 
