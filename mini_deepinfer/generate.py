@@ -27,6 +27,7 @@ from mini_deepinfer.tools.cli import (
     OneLineParser,
     UsageError,
     add_execution_options,
+    argument_bytes,
     execution_choice,
     in_flag_terms,
     run_command,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from mini_deepinfer.runtime.text import ChatTemplate, TextTokenizer
 
 DEFAULT_CAPACITY = 1024
+PROMPT_FILE_LIMIT = 16 * 2**20
+"""The most bytes ``--prompt-file`` reads: a larger (or endless) file is refused, not read into memory."""
 DEFAULT_DRAFT_WIDTH = 3
 FLAGS = {"kv_capacity": "--cache-capacity", "max_num_seqs": "--max-num-seqs",
          "max_batched_tokens": "--max-batched-tokens", "pipeline": "--pipeline",
@@ -55,8 +58,12 @@ def build_parser() -> OneLineParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (default cpu)")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeat for several)")
-    p.add_argument("--prompt-file", type=Path, help="UTF-8 text file, one prompt per non-empty line")
-    p.add_argument("--raw", action="store_true", help="feed the prompt as is, without the chat template")
+    p.add_argument("--prompt-file", type=Path,
+                   help=f"UTF-8 text file, one prompt per non-empty line (lines end at \\n only); at most "
+                        f"{PROMPT_FILE_LIMIT // 2**20} MiB are read")
+    p.add_argument("--raw", action="store_true",
+                   help="feed the prompt as is, without the chat template; special-token strings in it "
+                        "(<|im_start|>) become control tokens, so give --raw only text you trust")
     p.add_argument("--max-new-tokens", type=int, default=128, help="output tokens per request (default 128)")
     p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence tokens")
     p.add_argument("--cache-capacity", type=int, default=DEFAULT_CAPACITY,
@@ -147,29 +154,45 @@ class Options:
 
 
 def read_prompt_file(path: Path) -> list[str]:
-    """The non-empty lines of a UTF-8 file; a byte-order mark at its start is not part of the first prompt."""
+    """The non-empty lines of a UTF-8 file, split at ``\\n`` only (a form feed or U+2028 inside a line is part
+    of its prompt); a byte-order mark at its start is not part of the first prompt. At most
+    ``PROMPT_FILE_LIMIT`` bytes are read."""
+    data = read_prompt_bytes(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"prompt file {path} is not UTF-8 text (byte {exc.start})") from None
+    return [line.strip() for line in text.split("\n") if line.strip()]
+
+
+def read_prompt_bytes(path: Path) -> bytes:
+    """The file's bytes, refused past ``PROMPT_FILE_LIMIT`` (``/dev/zero`` never ends)."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(PROMPT_FILE_LIMIT + 1)
     except FileNotFoundError:
         raise UsageError(f"prompt file not found: {path}") from None
     except IsADirectoryError:
         raise UsageError(f"prompt file {path} is a folder") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"prompt file {path} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise UsageError(f"cannot read prompt file {path}: {exc.strerror}") from None
-    return [line.strip() for line in text.splitlines() if line.strip()]
+    if len(data) > PROMPT_FILE_LIMIT:
+        raise UsageError(f"prompt file {path} is larger than {PROMPT_FILE_LIMIT // 2**20} MiB, the most "
+                         "--prompt-file reads")
+    return data
 
 
 def check_prompt_text(prompt: str, index: int) -> str:
-    """A ``--prompt`` must be UTF-8: Python keeps undecodable argument bytes as lone surrogates."""
+    """A ``--prompt`` must be UTF-8. Python decodes arguments with the locale's encoding, keeping bytes it
+    cannot decode as lone surrogates; so the argument's own bytes are taken back and decoded as UTF-8: under
+    ``LC_ALL=C`` a valid ``你好`` is accepted, under any locale a byte that is not UTF-8 is refused."""
+    data = argument_bytes(prompt)
     try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        byte = os.fsencode(prompt[exc.start])[0]
-        raise UsageError(f"--prompt {index + 1} is not UTF-8 text (byte 0x{byte:02x} at character "
-                         f"{exc.start})") from None
-    return prompt
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = len(data[: exc.start].decode("utf-8"))
+        raise UsageError(f"--prompt {index + 1} is not UTF-8 text (byte 0x{data[exc.start]:02x} at character "
+                         f"{at})") from None
 
 
 def resolve_options(argv: list[str]) -> Options:
@@ -179,6 +202,7 @@ def resolve_options(argv: list[str]) -> Options:
     if a.model is None:
         raise UsageError("--model is required (a local checkpoint folder)")
     prompts = [check_prompt_text(p, i) for i, p in enumerate(a.prompt)]
+    check_output_is_no_input(a)
     prompts += read_prompt_file(a.prompt_file) if a.prompt_file else []
     if not prompts:
         raise UsageError("give at least one --prompt (or --prompt-file)")
@@ -204,6 +228,13 @@ def resolve_options(argv: list[str]) -> Options:
         for i in range(len(prompts)):
             options.sampling_params([], i)
     return options
+
+
+def check_output_is_no_input(a) -> None:
+    """``--output`` must not be the ``--prompt-file``: the record would replace the prompts it came from."""
+    if a.output and a.prompt_file and os.path.realpath(a.output) == os.path.realpath(a.prompt_file):
+        raise UsageError(f"--output {a.output} is the --prompt-file; writing the record there would replace "
+                         "the prompts")
 
 
 def check_speculative_flags(a) -> None:
@@ -292,11 +323,15 @@ def load_draft(path: str, text: Text, dtype, device) -> LoadedModel:
 
 # --8<-- [start:encode_prompt]
 def encode_prompt(text: str, layer: Text, options: Options) -> list[int]:
+    """``--raw``: the text as the tokenizer reads it (special-token strings are control tokens). Otherwise one
+    user turn of the chat template, the user's text encoded as text (``encode_user_prompt``)."""
+    from mini_deepinfer.runtime.text import encode_user_prompt
+
     if options.raw:
         return layer.tokenizer.encode(text)
     if layer.template is None:
         raise UsageError(f"{options.model} has no chat template; use --raw to feed prompts as they are")
-    return layer.tokenizer.encode(layer.template.render([{"role": "user", "content": text}]))
+    return encode_user_prompt(layer.tokenizer, layer.template, text)
 # --8<-- [end:encode_prompt]
 
 
@@ -444,10 +479,31 @@ def check_output(options: Options) -> None:
                              "writing the record there would replace it")
 
 
-def check_memory(options: Options, graphs: bool) -> None:
-    """Refuse a cache larger than the device's memory in one line, before it is allocated (``config.json``
-    is read again by the loader; it is small)."""
+def model_configs(options: Options) -> dict[str, Any]:
+    """The ``ModelConfig`` of ``--model`` (and of ``--draft-model``), by ``"FLAG PATH"``, read before the
+    weights load (``config.json`` is read again by the loader; it is small)."""
     from mini_deepinfer.models.loader import checkpoint_folder, parse_model_config, read_config_dict
+
+    paths = [options.model] + ([options.draft_model] if options.speculative else [])
+    configs = {}
+    for flag, path in zip(("--model", "--draft-model"), paths):
+        folder = checkpoint_folder(path)
+        configs[f"{flag} {path}"] = parse_model_config(read_config_dict(folder), folder)
+    return configs
+
+
+def check_positions(options: Options, token_ids: list[list[int]]) -> None:
+    """No prompt plus ``--max-new-tokens`` may go past a model's ``max_position_embeddings``."""
+    from mini_deepinfer.tools.checks import check_positions as check
+
+    for model, config in model_configs(options).items():
+        for i, ids in enumerate(token_ids):
+            what = f"req-{i}: a prompt of {len(ids)} tokens plus --max-new-tokens {options.max_new_tokens}"
+            check(len(ids) + options.max_new_tokens, config.max_position_embeddings, what, model)
+
+
+def check_memory(options: Options, graphs: bool) -> None:
+    """Refuse a cache larger than the device's memory in one line, before it is allocated."""
     from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
     from mini_deepinfer.runtime.factory import default_snapshots
     from mini_deepinfer.tools.memory import cache_bytes, check_cache_fits, device_memory
@@ -455,9 +511,7 @@ def check_memory(options: Options, graphs: bool) -> None:
     device, itemsize = resolve_device(options.device), resolve_dtype(options.dtype).itemsize
     needed = {"kv": 0, "state": 0}
     snapshots = default_snapshots(options.engine_config()) if options.prefix_cache else 0  # rows like states
-    for path in [options.model] + ([options.draft_model] if options.speculative else []):
-        folder = checkpoint_folder(path)
-        config = parse_model_config(read_config_dict(folder), folder)
+    for config in model_configs(options).values():
         part = cache_bytes(config, options.cache_capacity, options.max_num_seqs + snapshots, itemsize,
                            dummy_slots=graphs)
         needed = {key: needed[key] + part[key] for key in needed}
@@ -486,6 +540,7 @@ def run(argv: list[str]) -> int:
     rids = [f"req-{i}" for i in range(len(options.prompts))]
     params = [options.sampling_params(text.eos_ids, i) for i in range(len(rids))]
     token_ids = [encode_prompt(prompt, text, options) for prompt in options.prompts]
+    check_positions(options, token_ids)
     graphs = graphs_to_use(options)
     check_memory(options, graphs)
     loaded = load_weights(options, text)

@@ -85,6 +85,49 @@ def interval_zero(config: dict) -> None:
     config["text_config"]["full_attention_interval"] = 0
 
 
+def edit_json(path: Path, change) -> None:
+    """Apply ``change`` to the parsed JSON file at ``path`` and write it back."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def index_outside(folder: Path) -> None:
+    """An index whose every entry names the weights of the checkpoint next door, through ``..``."""
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
+        names = list(handle.keys())
+    index = {"metadata": {}, "weight_map": dict.fromkeys(names, "../tiny/model.safetensors")}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
+
+
+def two_copies(folder: Path) -> None:
+    """The weights in two files without an index: every tensor stored twice."""
+    (folder / "model.safetensors").rename(folder / "model-a.safetensors")
+    shutil.copy(folder / "model-a.safetensors", folder / "model-b.safetensors")
+
+
+NEVER_ENDS = "{% set r = range(99999) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}"
+RECURSES = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"
+
+
+def prepare_hostile(root: Path, tiny: Path) -> None:
+    """Checkpoints that point outside themselves, store a tensor twice, nest JSON too deep, type a token
+    wrongly, carry templates that never end or recurse; a short context; a prompt file."""
+    for name in ("index-outside", "two-copies", "deep-config", "eos-typed", "template-loops",
+                 "template-recurses", "short-context"):
+        shutil.copytree(tiny, root / name)
+    index_outside(root / "index-outside")
+    two_copies(root / "two-copies")
+    (root / "deep-config" / "config.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    edit_json(root / "eos-typed" / "tokenizer_config.json", lambda c: c.update(eos_token={"content": 5}))
+    for name, template in (("template-loops", NEVER_ENDS), ("template-recurses", RECURSES)):
+        edit_json(root / name / "tokenizer_config.json", lambda c, t=template: c.update(chat_template=t))
+    edit_config(root / "short-context", lambda c: c["text_config"].update(max_position_embeddings=16))
+    (root / "prompts.txt").write_text("Hello\n", encoding="utf-8")
+
+
 def prepare(root: Path) -> None:
     """The good checkpoint ``tiny`` and every broken folder or file the cases point at."""
     import torch
@@ -109,6 +152,7 @@ def prepare(root: Path) -> None:
                                                           model_type="llama"))
     swap_two_tokens(root / "other-vocab")
     (root / "prompts-gbk.txt").write_bytes("你好".encode("gbk"))
+    prepare_hostile(root, tiny)
 
 
 def cases() -> list[tuple[str, list[str]]]:
@@ -154,6 +198,17 @@ def cases() -> list[tuple[str, list[str]]]:
         ("rope_parameters a string", ["--model", "{w}/rope-string", *PROMPT]),
         ("full_attention_interval 0", ["--model", "{w}/interval-zero", *PROMPT]),
         ("weight stored as int64", ["--model", "{w}/int64-embedding", *PROMPT]),
+        ("index naming a shard outside the folder", ["--model", "{w}/index-outside", *PROMPT]),
+        ("a tensor in two weight files", ["--model", "{w}/two-copies", *PROMPT]),
+        ("config.json nested 100,000 deep", ["--model", "{w}/deep-config", *PROMPT]),
+        ("eos_token of the wrong type", ["--model", "{w}/eos-typed", *PROMPT]),
+        ("chat template that never ends", ["--model", "{w}/template-loops", "--prompt", "Hello"]),
+        ("chat template that recurses", ["--model", "{w}/template-recurses", "--prompt", "Hello"]),
+        ("prompt past max_position_embeddings", ["--model", "{w}/short-context", "--prompt", "Hello world",
+                                                 "--raw", "--max-new-tokens", "15"]),
+        ("--prompt-file /dev/zero", ["--model", "{w}/tiny", "--prompt-file", "/dev/zero"]),
+        ("--output is the --prompt-file", ["--model", "{w}/tiny", "--prompt-file", "{w}/prompts.txt",
+                                           "--output", "{w}/prompts.txt"]),
     ]
 
 
@@ -192,7 +247,7 @@ def bad_inputs_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-KINDS: tuple[tuple[str, str, str], ...] = (
+_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Data lost", "a failed run (exit 2) keeps an existing `--output` file as it was",
      "tests/test_generate_cli.py::test_non_finite_logits_end_the_run_with_one_line_naming_the_round_and_request"),
     ("Data lost", "`--output` onto a file of the checkpoint being read is refused before the run",
@@ -225,12 +280,51 @@ KINDS: tuple[tuple[str, str, str], ...] = (
      "tests/test_reliability.py::test_every_command_refuses_a_bad_flag_before_importing_torch"),
     ("Tracebacks on odd input", "Ctrl-C while torch loads, and later, is `error: interrupted`, exit 130",
      "tests/test_reliability.py::test_ctrl_c_at_several_moments_exits_130_with_one_line"),
+    ("Tracebacks on odd input", "a signal inside code torch runs via `exec` still exits 130, not by SIGINT",
+     "tests/test_reliability.py::"
+     "test_a_stop_signal_inside_exec_ends_with_its_code_after_cleanup_even_if_it_comes_twice"),
+    ("Tracebacks on odd input", "JSON nested 100,000 deep in a checkpoint's files is one line, exit 2",
+     "tests/test_loader.py::test_json_nested_too_deep_is_one_line"),
+    ("Tracebacks on odd input", "a wrongly typed `eos_token` or `chat_template` is one line naming the field",
+     "tests/test_text.py::test_a_wrongly_typed_tokenizer_field_is_one_line_naming_it"),
+    ("Tracebacks on odd input", "`--prompt-file /dev/zero` stops at the 16 MiB cap that `--help` states",
+     "tests/test_reliability.py::test_an_endless_prompt_file_is_refused_at_the_cap_the_help_states"),
+    ("Untrusted checkpoint files", "an index entry or a link that leads outside the folder is refused",
+     "tests/test_loader.py::test_a_shard_the_index_names_outside_the_folder_is_refused_naming_the_entry"),
+    ("Untrusted checkpoint files", "`<|im_end|>` typed into a prompt stays text under the chat template",
+     "tests/test_text.py::test_special_tokens_typed_into_a_prompt_stay_text_under_the_chat_template"),
+    ("Untrusted checkpoint files", "a template that loops, recurses or raises is one line in 5 s at most",
+     "tests/test_text.py::test_every_chat_template_failure_is_one_line_naming_the_template"),
+    ("Data lost", "`--output` onto the `--prompt-file` is refused; the prompts stay",
+     "tests/test_reliability.py::test_an_output_that_is_the_prompt_file_is_refused_and_the_prompts_stay"),
+    ("Data lost", "SIGTERM or SIGHUP while a checkpoint is written leaves no hidden `.partial-` folder",
+     "tests/test_reliability.py::test_sigterm_or_sighup_while_a_checkpoint_is_written_leaves_nothing_behind"),
+    ("Silent garbage", "`--write-draft` refuses noise that makes a weight non-finite, writing nothing",
+     "tests/test_reliability.py::test_write_draft_refuses_noise_that_makes_weights_non_finite_and_writes_nothing"),
+    ("Silent garbage", "a tensor that two weight files hold is refused, naming both",
+     "tests/test_loader.py::test_a_tensor_two_shards_hold_is_refused_naming_both_files"),
+    ("Silent garbage", "a prompt file has one prompt per `\\n` line (not per form feed or U+2028)",
+     "tests/test_reliability.py::test_a_prompt_file_has_one_prompt_per_newline_line"),
+    ("Silent garbage", "a prompt plus `--max-new-tokens` past `max_position_embeddings` is refused",
+     "tests/test_reliability.py::test_a_prompt_past_max_position_embeddings_is_refused_before_the_weights_load"),
+    ("Refused by mistake", "a UTF-8 `--prompt` under `LC_ALL=C PYTHONUTF8=0` runs; stdout shows escapes",
+     "tests/test_reliability.py::test_a_utf8_prompt_under_the_c_locale_is_accepted_and_printed"),
     ("Outputs that are not plain files", "a FIFO or `/dev/fd/N` is written into, never renamed over",
      "tests/test_records.py::test_a_record_is_written_into_a_fifo_and_the_fifo_stays"),
     ("Outputs that are not plain files", "a name the file system cannot hold is refused before the run",
      "tests/test_reliability.py::test_an_output_name_too_long_is_refused_before_the_run"),
+    ("Resources no machine has", "a checkpoint larger than the free disk is refused before it is written",
+     "tests/test_reliability.py::test_writers_whose_size_is_known_check_the_free_space_first"),
+    ("Resources no machine has", "a disk that fills while writing is one line; no partial file is left",
+     "tests/test_reliability.py::test_a_disk_that_fills_while_writing_is_one_line_and_leaves_no_partial_file"),
+    ("Resources no machine has", "a file size limit met inside safetensors' own writer is one line too",
+     "tests/test_reliability.py::test_a_file_size_limit_met_inside_safetensors_is_one_line"),
 )
-"""(kind, what holds, the test that holds it): the rows of the second table."""
+ORDER = ("Untrusted checkpoint files", "Data lost", "Silent garbage", "Contradictory flags",
+         "Resources no machine has", "Tracebacks on odd input", "Refused by mistake",
+         "Outputs that are not plain files")
+KINDS = tuple(sorted(_ROWS, key=lambda row: ORDER.index(row[0])))
+"""(kind, what holds, the test that holds it): the rows of the second table, grouped by kind."""
 
 
 def kinds_table() -> str:

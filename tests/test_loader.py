@@ -311,3 +311,60 @@ def test_generation_config_falls_back_to_the_text_config_eos(tmp_path) -> None:
     assert read_generation_config(tmp_path) == {"eos_token_id": [248044]}
     (tmp_path / "empty").mkdir()
     assert read_generation_config(tmp_path / "empty")["eos_token_id"] == []
+
+
+def sharded_qwen2(tmp_path: Path) -> Path:
+    return save_hf(hf_qwen2(), tmp_path / "sharded", max_shard_size="100KB")
+
+
+@pytest.mark.parametrize("how", ["absolute path", "dot-dot", "symbolic link out"])
+def test_a_shard_the_index_names_outside_the_folder_is_refused_naming_the_entry(tmp_path, how) -> None:
+    folder = sharded_qwen2(tmp_path)
+    other = sharded_qwen2(tmp_path / "other")  # another checkpoint's shard: loadable, but not this one's
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    tensor, shard = sorted(index["weight_map"].items())[0]
+    if how == "symbolic link out":
+        (folder / shard).unlink()
+        (folder / shard).symlink_to(other / shard)
+    else:
+        outside = str(other / shard) if how == "absolute path" else f"../other/sharded/{shard}"
+        index["weight_map"][tensor] = outside
+        index_path.write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"outside the checkpoint folder .*; refused") as info:
+        load_checkpoint(folder)
+    assert "\n" not in str(info.value)
+    if how != "symbolic link out":
+        assert f"entry '{tensor}'" in str(info.value)
+
+
+def test_the_hugging_face_cache_links_to_its_own_blobs_are_followed(tmp_path) -> None:
+    saved_folder = save_hf(hf_qwen2(), tmp_path / "plain")
+    snapshot = tmp_path / "models--x" / "snapshots" / "abc"
+    blobs = tmp_path / "models--x" / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for file in saved_folder.iterdir():
+        shutil.copy(file, blobs / file.name)
+        (snapshot / file.name).symlink_to(Path("../../blobs") / file.name)
+    assert load_checkpoint(snapshot).num_parameters == load_checkpoint(saved_folder).num_parameters
+
+
+def test_a_tensor_two_shards_hold_is_refused_naming_both_files(tmp_path) -> None:
+    folder = sharded_qwen2(tmp_path)
+    (folder / "model.safetensors.index.json").unlink()
+    first, second = sorted(folder.glob("*.safetensors"))[:2]
+    tensors = load_file(second)
+    tensors.update({name: t.clone() for name, t in load_file(first).items()})
+    save_file(tensors, second, metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=rf"stored twice: .* in {first.name} and .* in {second.name}"):
+        load_checkpoint(folder)
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
+def test_json_nested_too_deep_is_one_line(qwen2_folder, tmp_path, name) -> None:
+    folder = broken_copy(qwen2_folder, tmp_path)
+    (folder / name).write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    reader = read_generation_config if name == "generation_config.json" else load_checkpoint
+    with pytest.raises(CheckpointError, match="nested deeper than Python's parser goes"):
+        reader(folder)

@@ -147,7 +147,7 @@ def test_failed_write_keeps_the_old_file_and_removes_the_temp_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(records.os, "fsync", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(ValueError, match=f"^no space left on device .* for {path}$"):
         write_record(path, {"new": True})
     assert files_in(tmp_path) == ["run.json"]
     assert path.read_text(encoding="utf-8") == '{"old": true}\n'

@@ -7,7 +7,10 @@ interrupted while it generates.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,7 +81,7 @@ def test_every_test_the_kinds_table_names_exists():
     from site_scripts.gen_reliability import KINDS
 
     kinds = {kind for kind, _, _ in KINDS}
-    assert len(kinds) == 6
+    assert len(kinds) == 8
     for _, _, test in KINDS:
         path, _, name = test.partition("::")
         assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), test
@@ -232,19 +235,299 @@ CTRL_C_COMMANDS = {
     "pipeline_demo": ["mini_deepinfer.pipeline_demo"],
     "model_draft_demo": ["mini_deepinfer.model_draft_demo"],
 }
-MOMENTS = [pytest.param(None, id="while-torch-loads"),
+
+STOP_DRIVER = '''"""python -m stop_driver SIGNAL MOMENT MODULE ARGS...: run MODULE as ``python -m`` does and
+send SIGNAL to this process at MOMENT: "exec" (from inside the first string torch's import hands to exec: a
+dataclass or namedtuple being built, where CPython notes a bare KeyboardInterrupt as unhandled) or a text that
+the path of a file being opened contains."""
+import builtins, os, runpy, signal, sys
+
+name, moment, module, *args = sys.argv[1:]
+signum, state = getattr(signal, name), {"torch": False, "sent": False}
+real_exec = builtins.exec
+
+
+def send() -> None:
+    state["sent"] = True
+    os.kill(os.getpid(), signum)
+
+
+def exec_(source, *rest):
+    if moment == "exec" and state["torch"] and not state["sent"] and isinstance(source, str):
+        state["sent"] = True
+        source = f"__import__('os').kill(__import__('os').getpid(), {int(signum)})\\n" + source
+    return real_exec(source, *rest)
+
+
+def hook(event, hook_args):
+    if event == "import" and hook_args[0] == "torch":
+        state["torch"] = True
+    if event == "open" and moment != "exec" and not state["sent"] and moment in str(hook_args[0]):
+        send()
+
+
+builtins.exec = exec_
+sys.addaudithook(hook)
+sys.argv = [module, *args]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def stop_driver(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("driver")
+    (folder / "stop_driver.py").write_text(STOP_DRIVER, encoding="utf-8")
+    return folder
+
+
+def stopped(driver: Path, signal_name: str, moment: str, argv: list[str]) -> tuple[int, str]:
+    """Run ``python -m MODULE ARGS`` through the driver, which sends the signal at a set moment."""
+    env = command_env({"PYTHONPATH": os.pathsep.join([str(driver), str(ROOT)])})
+    proc = subprocess.run([sys.executable, "-m", "stop_driver", signal_name, moment, *argv], cwd=ROOT,
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+    return proc.returncode, proc.stderr.decode("utf-8")
+
+
+MOMENTS = [pytest.param(None, id="inside-an-exec-while-torch-loads"),
            pytest.param(1.0, id="a-second-later", marks=pytest.mark.slow)]
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc to see torch loading")
 @pytest.mark.parametrize("after_torch_s", MOMENTS)
 @pytest.mark.parametrize("command", list(CTRL_C_COMMANDS))
-def test_ctrl_c_at_several_moments_exits_130_with_one_line(tiny_checkpoint, tmp_path, command, after_torch_s):
+def test_ctrl_c_at_several_moments_exits_130_with_one_line(tiny_checkpoint, tmp_path, stop_driver, command,
+                                                           after_torch_s):
+    """The first moment is set, not timed: the signal arrives inside code that torch's import runs through
+    ``exec`` (where it once ended the process by SIGINT after ``error: interrupted``), every time."""
     out = tmp_path / "out"
     argv = [a.replace("{ckpt}", str(tiny_checkpoint)).replace("{out}", str(out))
             for a in CTRL_C_COMMANDS[command]]
-    code, err = interrupt(argv, after_torch_s)
-    if code is None:
-        pytest.skip(f"{command} ended before the signal: {err[-200:]}")
+    if after_torch_s is None:
+        code, err = stopped(stop_driver, "SIGINT", "exec", argv)
+    else:
+        code, err = interrupt(argv, after_torch_s)
+        if code is None:
+            pytest.skip(f"{command} ended before the signal: {err[-200:]}")
     assert (code, err) == (130, "error: interrupted\n")
     assert list(tmp_path.iterdir()) == [], "nothing half-written is left"
+
+
+RACE = """import sys
+from mini_deepinfer.tools.cli import run_command
+
+def body(argv):
+    try:
+        exec("import os, signal, time\\nos.kill(os.getpid(), signal.{signal})\\ntime.sleep(30)")
+    finally:
+        print("cleanup started", flush=True)
+        {second}
+        print("cleanup finished", flush=True)
+
+sys.exit(run_command(body, []))
+"""
+
+
+@pytest.mark.parametrize("signal_name, code, line", [("SIGINT", 130, "error: interrupted"),
+                                                     ("SIGTERM", 143, "error: interrupted by SIGTERM"),
+                                                     ("SIGHUP", 129, "error: interrupted by SIGHUP")])
+def test_a_stop_signal_inside_exec_ends_with_its_code_after_cleanup_even_if_it_comes_twice(
+        tmp_path, signal_name, code, line):
+    """Deterministic: the signal is sent from inside a string run by ``exec`` under ``python -m``, and again
+    while the command cleans up. A bare KeyboardInterrupt there made CPython end the process by SIGINT
+    (status -2) after the command had printed its line and asked for 130."""
+    second = f"__import__('os').kill(__import__('os').getpid(), __import__('signal').{signal_name}); " \
+             "__import__('time').sleep(0.2)"
+    (tmp_path / "race.py").write_text(RACE.format(signal=signal_name, second=second), encoding="utf-8")
+    env = command_env({"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
+    proc = subprocess.run([sys.executable, "-m", "race"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert (proc.returncode, proc.stderr) == (code, line + "\n")
+    assert proc.stdout == "cleanup started\ncleanup finished\n"
+
+
+WRITERS = {"random_checkpoint": ["mini_deepinfer.random_checkpoint", "--preset", "tiny", "{out}"],
+           "write_draft": ["mini_deepinfer.model_draft_demo", "--write-draft", "{ckpt}", "{out}"]}
+
+
+@pytest.mark.parametrize("signal_name, code, writer", [
+    ("SIGTERM", 143, "write_draft"), ("SIGHUP", 129, "write_draft"),
+    pytest.param("SIGTERM", 143, "random_checkpoint", marks=pytest.mark.slow)])  # builds the tokenizer first
+def test_sigterm_or_sighup_while_a_checkpoint_is_written_leaves_nothing_behind(
+        tiny_checkpoint, tmp_path, stop_driver, signal_name, code, writer):
+    argv = [a.replace("{ckpt}", str(tiny_checkpoint)).replace("{out}", str(tmp_path / "out"))
+            for a in WRITERS[writer]]
+    result = stopped(stop_driver, signal_name, ".out.partial-", argv)
+    assert result == (code, f"error: interrupted by {signal_name}\n")
+    assert list(tmp_path.iterdir()) == [], "no hidden .partial- folder is left"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs that are files: endless ones, ones the output would replace, lines that are not \n lines.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_an_endless_prompt_file_is_refused_at_the_cap_the_help_states(capsys, tmp_path):
+    from mini_deepinfer.generate import PROMPT_FILE_LIMIT, build_parser
+    from mini_deepinfer.generate import main as generate_main
+
+    assert f"at most {PROMPT_FILE_LIMIT // 2**20} MiB are read" in build_parser().format_help()
+    assert generate_main(["--model", str(tmp_path), "--prompt-file", "/dev/zero"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: prompt file /dev/zero is larger than {PROMPT_FILE_LIMIT // 2**20} MiB, the most " \
+                  "--prompt-file reads\n"
+
+
+def test_a_prompt_file_has_one_prompt_per_newline_line(tmp_path):
+    from mini_deepinfer.generate import read_prompt_file
+
+    path = tmp_path / "prompts.txt"
+    path.write_text("one\x0cstill one\u2028and still one\r\ntwo\x1c\x1dtwo\n\n  \nthree", encoding="utf-8")
+    assert read_prompt_file(path) == ["one\x0cstill one\u2028and still one", "two\x1c\x1dtwo", "three"]
+
+
+def test_an_output_that_is_the_prompt_file_is_refused_and_the_prompts_stay(capsys, tmp_path):
+    from mini_deepinfer.generate import main as generate_main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hello\n", encoding="utf-8")
+    link = tmp_path / "same.json"
+    link.symlink_to(prompts)
+    for output in (prompts, link):
+        argv = ["--model", str(tmp_path), "--prompt-file", str(prompts), "--output", str(output)]
+        assert generate_main(argv) == 2
+        assert "is the --prompt-file" in capsys.readouterr().err
+    assert prompts.read_text(encoding="utf-8") == "Hello\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Numbers the model was not built for, and weights that are no longer numbers.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_a_prompt_past_max_position_embeddings_is_refused_before_the_weights_load(tiny_checkpoint, capsys,
+                                                                                 tmp_path, monkeypatch):
+    from mini_deepinfer.bench import rounds, speculative
+    from mini_deepinfer.generate import main as generate_main
+    from mini_deepinfer.models import loader
+    from site_scripts.gen_reliability import edit_config
+
+    folder = tmp_path / "short"
+    shutil.copytree(tiny_checkpoint, folder)
+    edit_config(folder, lambda c: c["text_config"].update(max_position_embeddings=16))
+    monkeypatch.setattr(loader, "load_checkpoint", lambda *_: pytest.fail("the weights were loaded"))
+    argv = ["--model", str(folder), "--prompt", "Hello world", "--raw", "--max-new-tokens", "15"]
+    assert generate_main(argv) == 2
+    assert capsys.readouterr().err == (f"error: req-0: a prompt of 2 tokens plus --max-new-tokens 15 needs "
+                                       f"17 positions; --model {folder} has max_position_embeddings 16\n")
+    for command in (rounds.main, speculative.main):
+        assert command(["--preset", "tiny", "--new-tokens", "40000", "--repeats", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "has max_position_embeddings 32768" in err and err.count("\n") == 1, err
+
+
+def test_write_draft_refuses_noise_that_makes_weights_non_finite_and_writes_nothing(tiny_checkpoint, capsys,
+                                                                                     tmp_path):
+    from mini_deepinfer import model_draft_demo
+
+    draft = tmp_path / "draft"
+    assert model_draft_demo.main(["--write-draft", str(tiny_checkpoint), str(draft), "--noise", "1e300"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --noise 1e+300 makes ") and "non-finite in float32" in err
+    assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A full disk: checked first where the size is known, one line where it is not, nothing half-written.
+# ---------------------------------------------------------------------------------------------------------
+
+
+def mount_of(path: Path) -> Path:
+    path = Path(os.path.realpath(path))
+    while not os.path.ismount(path):
+        path = path.parent
+    return path
+
+
+def no_room(monkeypatch, free: int = 1000) -> None:
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10**9, 10**9 - free, free))
+
+
+def test_writers_whose_size_is_known_check_the_free_space_first(tiny_checkpoint, capsys, tmp_path,
+                                                                 monkeypatch):
+    from mini_deepinfer import model_draft_demo, random_checkpoint
+
+    no_room(monkeypatch)
+    out = str(tmp_path / "out")
+    for command, argv in ((random_checkpoint.main, ["--preset", "tiny", out]),
+                          (model_draft_demo.main, ["--write-draft", str(tiny_checkpoint), out])):
+        assert command(argv) == 2
+        err = capsys.readouterr().err
+        expected = f"error: no space left on device {mount_of(tmp_path)} for {out}: it needs "
+        assert err.startswith(expected), err
+        assert err.endswith(" MiB, 0.0 MiB are free\n") and list(tmp_path.iterdir()) == []
+
+
+def enospc(*_, **__):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_disk_that_fills_while_writing_is_one_line_and_leaves_no_partial_file(tiny_checkpoint, capsys,
+                                                                               tmp_path, monkeypatch):
+    from mini_deepinfer import model_draft_demo
+    from mini_deepinfer.tools import records
+
+    record = tmp_path / "run.json"
+    record.write_text("old record\n", encoding="utf-8")
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", enospc)
+        with pytest.raises(ValueError, match=rf"^no space left on device {mount_of(tmp_path)} for {record}$"):
+            records.write_record(record, {"a": 1})
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"] and record.read_text() == "old record\n"
+    record.unlink()
+    monkeypatch.setattr(shutil, "copy2", enospc)
+    assert model_draft_demo.main(["--write-draft", str(tiny_checkpoint), str(tmp_path / "draft")]) == 2
+    err = capsys.readouterr().err
+    expected = f"error: no space left on device {mount_of(tmp_path)} for {tmp_path}/.draft.partial-"
+    assert err.startswith(expected) and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_size_limit_met_inside_safetensors_is_one_line(tiny_checkpoint, tmp_path):
+    """A real failure inside the library's own writer (``ulimit -f``: EFBIG, which Python does not turn into
+    a SIGXFSZ death), as a full disk would fail it: the limit lets the tokenizer be copied, not the weights.
+    """
+    import resource
+
+    size = max(f.stat().st_size for f in tiny_checkpoint.iterdir() if f.suffix != ".safetensors") + 2**20
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    argv = [sys.executable, "-m", "mini_deepinfer.model_draft_demo", "--write-draft", str(tiny_checkpoint),
+            f"{tmp_path}/draft"]
+    proc = subprocess.run(argv, cwd=ROOT, env=command_env(), capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit)
+    assert proc.returncode == 2, proc.stderr
+    expected = (f"error: file size limit (ulimit -f) reached on device {mount_of(tmp_path)} for "
+                f"{tmp_path}/.draft.partial-")
+    assert proc.stderr.startswith(expected) and proc.stderr.endswith("/model.safetensors\n"), proc.stderr
+    assert proc.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_a_utf8_prompt_under_the_c_locale_is_accepted_and_printed(tiny_checkpoint, tmp_path):
+    """``LC_ALL=C PYTHONUTF8=0``: Python decodes the argument as ASCII, keeping the bytes as surrogates; the
+    command takes them back as UTF-8, and what stdout's ASCII cannot show is printed as escapes."""
+    env = command_env({"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "", "LANG": "C"})
+    record = tmp_path / "run.json"
+    argv = [sys.executable, "-m", "mini_deepinfer.generate", "--model", str(tiny_checkpoint), "--prompt",
+            "你好", "--max-new-tokens", "8", "--temperature", "1", "--seed", "0", "--cache-capacity", "64",
+            "--output", str(record)]
+    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, b""), proc.stderr
+    request = json.loads(record.read_text(encoding="utf-8"))["requests"][0]
+    assert request["prompt"] == "你好" and not request["text"].isascii()  # sampled random tokens
+    shown = request["text"].encode("ascii", "backslashreplace")
+    assert proc.stdout.isascii() and shown in proc.stdout and b"[length; 8 output tokens" in proc.stdout

@@ -67,6 +67,17 @@ def check_cache_memory(preset: str, kv_capacity: int, state_capacity: int, cache
         raise UsageError(str(exc)) from None
 
 
+def check_preset_positions(preset: str, needed: int, what: str) -> None:
+    """Refuse, in one line, a request longer than the preset's ``max_position_embeddings``."""
+    from mini_deepinfer.models.presets import qwen3_5_config
+    from mini_deepinfer.tools.checks import check_positions
+
+    try:
+        check_positions(needed, qwen3_5_config(preset).max_position_embeddings, what, f"preset {preset}")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def provenance(benchmark: str, argv: list[str], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """The first keys of a report: which benchmark, the command, when, from what source, where, in what."""
     import torch

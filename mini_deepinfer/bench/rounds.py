@@ -30,6 +30,7 @@ from mini_deepinfer.bench.common import (
     add_common_options,
     check_cache_memory,
     check_common_options,
+    check_preset_positions,
     load_suffix,
     model_description,
     provenance,
@@ -509,6 +510,8 @@ def resolve_settings(argv: list[str]) -> Settings:
     n = a.requests  # prompts of 16, 24, 32, ... tokens (``Workload.prompt_lens``), summed without the list
     check_cache_memory(a.preset, 16 * n + 4 * n * (n - 1) + n * a.new_tokens, n, 1, dtype, device,
                        f"--requests {n} and --new-tokens {a.new_tokens}")
+    check_preset_positions(a.preset, 16 + 8 * (n - 1) + a.new_tokens,
+                           f"the longest prompt ({16 + 8 * (n - 1)} tokens) with --new-tokens {a.new_tokens}")
     return Settings(device, dtype, a.preset, a.repeats, Workload(a.requests, a.new_tokens),
                     a.output, use_graphs(device, execution_choice(a)), a.compile)
 

@@ -350,6 +350,9 @@ def resolve_settings(argv: list[str]) -> Settings:
     # a case holds the target's cache and one draft's, at most as large
     common.check_cache_memory(a.preset, workload.kv_capacity, 1, 2, dtype, device,
                               f"--new-tokens {a.new_tokens} and the prompt of {workload.prompt_len} tokens")
+    longest = workload.prompt_len + a.new_tokens
+    common.check_preset_positions(a.preset, longest, f"the prompt ({workload.prompt_len} tokens) with "
+                                                     f"--new-tokens {a.new_tokens}")
     return Settings(device, dtype, a.preset, a.widths, a.repeats, workload, a.output)
 
 

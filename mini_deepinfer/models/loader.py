@@ -19,6 +19,7 @@ file or tensor at fault.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -66,6 +67,14 @@ class UnsupportedArchitectureError(CheckpointError):
 
 class NoWeightsError(CheckpointError):
     """The folder has no safetensors files, or the index lists a file that is absent."""
+
+
+class UnsafeWeightsPathError(CheckpointError):
+    """A weight file would be read from outside the checkpoint folder (an absolute path, ``..``, a link)."""
+
+
+class DuplicateTensorError(CheckpointError):
+    """Two weight files (or two names in one file) hold the same parameter."""
 
 
 class CorruptWeightsError(CheckpointError):
@@ -118,6 +127,8 @@ def read_json(path: Path, error: type[Exception] = InvalidConfigError) -> dict[s
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise error(f"corrupt JSON file {path}: {exc}") from exc
+    except RecursionError:
+        raise error(f"corrupt JSON file {path}: nested deeper than Python's parser goes") from None
     if not isinstance(data, dict):
         raise error(f"corrupt JSON file {path}: expected an object at the top level")
     return data
@@ -171,35 +182,65 @@ def read_generation_config(path: str | Path) -> dict[str, Any]:
     eos = settings.get("eos_token_id")
     if eos is None and (folder / CONFIG_FILE).is_file():
         raw = read_config_dict(folder)
-        eos = (raw.get("text_config") or {}).get("eos_token_id", raw.get("eos_token_id"))
-    ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    if not all(isinstance(i, int) for i in ids):
+        text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+        eos = text.get("eos_token_id", raw.get("eos_token_id"))
+    ids = [] if eos is None else list(eos) if isinstance(eos, list) else [eos]
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
         raise InvalidConfigError(f"eos_token_id must be an int or a list of ints in {folder}, got {eos!r}")
     return {**settings, "eos_token_id": ids}
 
 
 def find_weight_files(folder: Path) -> list[Path]:
-    """The safetensors files of a checkpoint.
+    """The safetensors files of a checkpoint, each checked to lie inside it (:func:`check_inside`).
 
     Order of preference: the files named by ``model.safetensors.index.json``; ``model.safetensors``;
     every ``*.safetensors`` in the folder (sharded without an index).
     """
     index_path = folder / WEIGHTS_INDEX_FILE
     if index_path.is_file():
-        weight_map = read_json(index_path).get("weight_map")
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise InvalidConfigError(f"{index_path} has no weight_map")
-        files = [folder / name for name in sorted(set(weight_map.values()))]
-        for file in files:
-            if not file.is_file():
-                raise NoWeightsError(f"{index_path.name} lists {file.name}, which is missing from {folder}")
-        return files
+        return indexed_files(folder, index_path)
     if (folder / SINGLE_WEIGHTS_FILE).is_file():
-        return [folder / SINGLE_WEIGHTS_FILE]
+        return [check_inside(folder, SINGLE_WEIGHTS_FILE, SINGLE_WEIGHTS_FILE)]
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise NoWeightsError(f"no *.safetensors weight files in checkpoint folder {folder}")
-    return files
+    return [check_inside(folder, file.name, file.name) for file in files]
+
+
+def indexed_files(folder: Path, index_path: Path) -> list[Path]:
+    """The shard files ``weight_map`` names: each a string naming a file inside ``folder``."""
+    weight_map = read_json(index_path).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InvalidConfigError(f"{index_path} has no weight_map")
+    files: dict[str, Path] = {}
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidConfigError(f"{index_path.name}: weight_map entry {tensor!r} is {name!r}, "
+                                     "not a file name")
+        if name not in files:
+            files[name] = check_inside(folder, name, f"{index_path.name} entry {tensor!r} -> {name!r}")
+    for file in files.values():
+        if not file.is_file():
+            raise NoWeightsError(f"{index_path.name} lists {file.name}, which is missing from {folder}")
+    return [files[name] for name in sorted(files)]
+
+
+# --8<-- [start:check_inside]
+def check_inside(folder: Path, name: str, what: str) -> Path:
+    """``folder / name``, refused unless it stays inside ``folder`` once every symbolic link is followed.
+
+    An index is data from the checkpoint: an absolute path or ``..`` in it could make the loader read any
+    file, a link in the folder could too. The one link allowed out is the Hugging Face cache's own
+    (``snapshots/REV/file`` -> ``blobs/HASH`` of the same model).
+    """
+    home = Path(os.path.realpath(folder))
+    target = Path(os.path.realpath(folder / name))
+    allowed = [home] + ([home.parent.parent / "blobs"] if home.parent.name == "snapshots" else [])
+    if Path(name).is_absolute() or not any(target.is_relative_to(place) for place in allowed):
+        raise UnsafeWeightsPathError(f"{what} resolves to {target}, outside the checkpoint folder {folder}; "
+                                     "refused")
+    return folder / name
+# --8<-- [end:check_inside]
 
 
 # --8<-- [start:parameter_name]
@@ -239,10 +280,19 @@ def index_tensors(files: Iterable[Path]) -> dict[str, TensorSource]:
                             raise DtypeMismatchError(f"weight dtype mismatch: {ours} is stored as "
                                                      f"{stored.get_dtype()} in {file.name}, a floating-point "
                                                      f"dtype ({', '.join(FLOAT_STORAGE)}) is expected")
+                        check_not_stored_twice(sources, ours, file, name)
                         sources[ours] = TensorSource(file, name, tuple(stored.get_shape()))
         except (SafetensorError, OSError) as exc:
             raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
     return sources
+
+
+def check_not_stored_twice(sources: dict[str, TensorSource], ours: str, file: Path, name: str) -> None:
+    """Refuse a parameter a second file (or a second name) also holds: which copy would win is arbitrary."""
+    first = sources.get(ours)
+    if first is not None:
+        raise DuplicateTensorError(f"{ours} is stored twice: as {first.name} in {first.file.name} and as "
+                                   f"{name} in {file.name}; keep one copy")
 
 
 def expected_tensors(model: nn.Module) -> dict[str, torch.Tensor]:

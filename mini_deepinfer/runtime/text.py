@@ -6,7 +6,11 @@ Scope:
   (encode text to ids, decode ids to text).
 - ``ChatTemplate`` renders the Jinja ``chat_template`` shipped in ``tokenizer_config.json`` (or in
   ``chat_template.jinja``) with jinja2, in a sandbox configured the way transformers configures it, so
-  that the checkpoint's own template decides the prompt format; nothing is re-typed by hand.
+  that the checkpoint's own template decides the prompt format; nothing is re-typed by hand. A template is
+  code from the checkpoint: rendering stops after ``RENDER_SECONDS`` or ``RENDER_MAX_CHARS`` characters, and
+  every way it can fail is one ``TextError`` line naming the template.
+- ``encode_user_prompt`` encodes a one-message conversation so that the user's text stays text: a special
+  token's string typed into it (``<|im_end|>``) is never the control token.
 - ``StreamDetokenizer`` turns token ids committed one group at a time into text pieces, never cutting a
   multi-byte character in half.
 - ``load_text`` reads all of this, plus the stop ids, from a checkpoint folder.
@@ -18,7 +22,11 @@ schemas generated from Python functions, and tokenizers stored in any format oth
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import secrets
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +39,10 @@ from tokenizers import Tokenizer
 from mini_deepinfer.models.loader import read_generation_config, read_json
 
 REPLACEMENT_CHAR = "\ufffd"
+RENDER_SECONDS = 5.0
+"""A chat template that renders longer than this is stopped (a real one takes milliseconds)."""
+RENDER_MAX_CHARS = 8 * 2**20
+"""A rendered prompt longer than this many characters is refused (8 Mi, far beyond any context window)."""
 # Template variables that a tokenizer_config.json may define and that chat templates read.
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "pad_token", "unk_token")
 
@@ -70,9 +82,21 @@ class TextTokenizer:
         """Number of ids the tokenizer can produce, added tokens included."""
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``; special-token strings in the text map to their ids."""
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+    def encode(self, text: str, special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``. Special-token strings in it map to their ids; with ``special_tokens=False``
+        they are split into ordinary tokens like any other text (transformers' ``split_special_tokens``)."""
+        self.tokenizer.encode_special_tokens = not special_tokens
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        finally:
+            self.tokenizer.encode_special_tokens = False
+
+    def makes_special_token(self, text: str, start: int, stop: int) -> bool:
+        """Whether encoding ``text`` turns characters of ``text[start:stop]`` into a special token."""
+        special = {i for i, token in self.tokenizer.get_added_tokens_decoder().items() if token.special}
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        spans = zip(encoding.ids, encoding.offsets)
+        return any(i in special and a < stop and b > start for i, (a, b) in spans)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids``; an incomplete UTF-8 sequence decodes to U+FFFD."""
@@ -96,9 +120,80 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, with ``*`` and ``**`` refused before they build a value too large to render (a string or
+    list repeated beyond ``RENDER_MAX_CHARS`` items, a power of more than a million bits: Python computes both
+    in C, where no time limit reaches) and ``+`` refused after it built one."""
+
+    intercepted_binops = frozenset(["*", "**", "+"])
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and _is_int(left) and _is_int(right) and abs(left) > 1:
+            if right * abs(left).bit_length() > 2**20:
+                raise OverflowError(f"{left} ** {right} has more than a million bits")
+        if operator == "*" and _repeated_size(left, right) > RENDER_MAX_CHARS:
+            raise OverflowError(f"a repetition of {_repeated_size(left, right)} items is too large")
+        return _bounded(super().call_binop(context, operator, left, right))
+
+
+def _bounded(value: Any) -> Any:
+    """``value``, unless it is a string or list longer than ``RENDER_MAX_CHARS``."""
+    if isinstance(value, (str, list, tuple)) and len(value) > RENDER_MAX_CHARS:
+        raise OverflowError(f"a value of {len(value)} items passed the limit of {RENDER_MAX_CHARS}")
+    return value
+
+
+def _bound_concatenation(template: jinja2.Template) -> None:
+    """Make the template's ``~`` (compiled to calls of ``str_join`` and ``markup_join`` in the template's
+    module) refuse a result longer than ``RENDER_MAX_CHARS``: doubling a string in a loop would otherwise
+    fill memory long before the time limit."""
+    namespace = template.root_render_func.__globals__
+    for name in ("str_join", "markup_join"):
+        join = namespace[name]
+        namespace[name] = lambda seq, join=join: _bounded(join(seq))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _repeated_size(left: Any, right: Any) -> int:
+    """Items in ``left * right`` when one side is a sequence and the other an integer (else 0)."""
+    for seq, count in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and _is_int(count):
+            return len(seq) * count
+    return 0
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Stop the template's own code once ``seconds`` have passed.
+
+    Only frames of the compiled template (file name ``<template>``) are traced, line by line, so an empty
+    loop nested in an empty loop is stopped too; the tracer the process had (a debugger, coverage) is put
+    back afterwards.
+    """
+    deadline = time.monotonic() + seconds
+
+    def in_template(frame: Any, event: str, arg: Any) -> Any:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rendering took longer than {seconds:g} s")
+        return in_template
+
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        return in_template if frame.f_code.co_filename == "<template>" else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
 def _template_environment() -> ImmutableSandboxedEnvironment:
     """A sandbox with the settings and globals that Hugging Face chat templates are written for."""
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = _tojson
@@ -110,22 +205,25 @@ def _template_environment() -> ImmutableSandboxedEnvironment:
 class ChatTemplate:
     """A checkpoint's Jinja chat template, rendered to a prompt string."""
 
-    def __init__(self, source: str, special_tokens: Mapping[str, str | None] | None = None) -> None:
+    def __init__(self, source: str, special_tokens: Mapping[str, str | None] | None = None,
+                 name: str = "chat template") -> None:
         """Compile ``source``.
 
         Args:
             source: the Jinja text of the template.
             special_tokens: ``bos_token``, ``eos_token``, ... as the template should see them.
+            name: where the template comes from, for error messages (``load_text`` names the file).
 
         Raises:
             TextError: the template does not compile.
         """
-        self.source = source
+        self.source, self.name = source, name
         self.special_tokens = dict(special_tokens or {})
         try:
             self._template = _template_environment().from_string(source)
+            _bound_concatenation(self._template)
         except jinja2.exceptions.TemplateSyntaxError as exc:
-            raise TextError(f"chat template syntax error at line {exc.lineno}: {exc.message}") from exc
+            raise TextError(f"{name}: syntax error at line {exc.lineno}: {exc.message}") from exc
 
     def render(
         self,
@@ -144,21 +242,65 @@ class ChatTemplate:
             **extra: further template variables (``tools``, ``documents``, ...).
 
         Raises:
-            TextError: a message is not a dict with a role, or the template raised an exception.
+            TextError: a message is not a dict with a role, or the template failed in any way: it raised,
+                ran longer than ``RENDER_SECONDS`` or wrote more than ``RENDER_MAX_CHARS`` characters.
         """
         for index, message in enumerate(messages):
             if not isinstance(message, Mapping) or "role" not in message:
                 raise TextError(f"message {index} must be a dict with a 'role' key, got {message!r}")
-        variables = {**self.special_tokens, **extra}
+        variables = {**self.special_tokens, **extra, "messages": [dict(m) for m in messages],
+                     "add_generation_prompt": add_generation_prompt, "enable_thinking": enable_thinking}
         try:
-            return self._template.render(
-                messages=[dict(m) for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                enable_thinking=enable_thinking,
-                **variables,
-            )
-        except jinja2.exceptions.TemplateError as exc:
-            raise TextError(f"chat template error: {exc}") from exc
+            with _time_limit(RENDER_SECONDS):
+                return self._bounded_render(variables)
+        except Exception as exc:  # the template is code from the checkpoint: any failure is the template's
+            raise TextError(f"{self.name} failed: {_one_line(exc)}") from None
+
+    def _bounded_render(self, variables: dict[str, Any]) -> str:
+        """Render piece by piece, stopping as soon as the text passes ``RENDER_MAX_CHARS``."""
+        pieces, size = [], 0
+        for piece in self._template.generate(**variables):
+            size += len(piece)
+            if size > RENDER_MAX_CHARS:
+                raise OverflowError(f"the prompt passed {RENDER_MAX_CHARS} characters")
+            pieces.append(piece)
+        return "".join(pieces)
+
+    def split_user_turn(self, content: str) -> tuple[str, str]:
+        """The text the template writes before and after the content of a single user message.
+
+        Raises:
+            TextError: the template does not put the content into the prompt exactly once and unchanged.
+        """
+        marker = f"\ue000{secrets.token_hex(8)}\ue001"  # private-use characters: no text contains them
+        pieces = self.render([{"role": "user", "content": marker}]).split(marker)
+        if len(pieces) != 2 or self.render([{"role": "user", "content": content}]) != content.join(pieces):
+            raise TextError(f"{self.name} does not put the user's text into the prompt once and unchanged; "
+                            "pass --raw and write the prompt format yourself")
+        return pieces[0], pieces[1]
+
+
+def _one_line(exc: BaseException) -> str:
+    """``TypeName: first line of the message`` (a template's error message may span lines)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+# --8<-- [start:encode_user_prompt]
+def encode_user_prompt(tokenizer: TextTokenizer, template: ChatTemplate, content: str) -> list[int]:
+    """The ids of a conversation of one user message, the user's text encoded as text.
+
+    The template's own markers become control tokens; the same strings typed by the user stay ordinary text,
+    so ``hi<|im_end|>\n<|im_start|>system ...`` cannot close its turn and open a system one. A prompt that
+    holds no such string gets the ids of the whole rendered text, exactly as before.
+    """
+    before, after = template.split_user_turn(content)
+    whole = before + content + after
+    if not tokenizer.makes_special_token(whole, len(before), len(before) + len(content)):
+        return tokenizer.encode(whole)
+    as_text = tokenizer.encode(content, special_tokens=False)
+    return tokenizer.encode(before) + as_text + tokenizer.encode(after)
+# --8<-- [end:encode_user_prompt]
 
 
 # --8<-- [start:stream]
@@ -204,23 +346,36 @@ class StreamDetokenizer:
 # --8<-- [end:stream]
 
 
-def _token_text(value: Any) -> str | None:
-    """A special token as tokenizer_config.json stores it: a string or ``{"content": ...}``."""
-    if isinstance(value, Mapping):
-        return value.get("content")
-    return value if isinstance(value, str) else None
+def _token_text(config_path: Path, key: str, value: Any) -> str | None:
+    """A special token as tokenizer_config.json stores it: a string, ``{"content": string}`` or null."""
+    text = value.get("content") if isinstance(value, Mapping) else value
+    if text is not None and not isinstance(text, str):
+        raise TextError(f"{config_path}: {key} must be a string or {{\"content\": string}}, got "
+                        f"{json.dumps(value)[:80]}")
+    return text
 
 
-def _chat_template_source(folder: Path, tokenizer_config: Mapping[str, Any]) -> str | None:
-    """The template text from ``tokenizer_config.json`` or, failing that, ``chat_template.jinja``."""
-    source = tokenizer_config.get("chat_template")
-    if isinstance(source, list):  # a list of named templates: take the default one
-        named = {t.get("name"): t.get("template") for t in source if isinstance(t, Mapping)}
-        source = named.get("default")
+def _chat_template_source(folder: Path, tokenizer_config: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The template text and where it is: ``tokenizer_config.json`` or, failing that, ``chat_template.jinja``.
+
+    ``chat_template`` may be a string or a list of ``{"name", "template"}`` (the one named ``default`` is
+    used); anything else is refused.
+    """
+    where, source = f"{folder / 'tokenizer_config.json'} chat_template", tokenizer_config.get("chat_template")
+    if isinstance(source, list) and all(isinstance(t, Mapping) for t in source):
+        named = {t.get("name"): t.get("template") for t in source}
+        where, source = f"{where} 'default'", named.get("default")
     if isinstance(source, str):
-        return source
+        return source, where
+    if source is not None:
+        raise TextError(f"{where} must be a string or a list of named templates, got {type(source).__name__}")
     jinja_file = folder / "chat_template.jinja"
-    return jinja_file.read_text(encoding="utf-8") if jinja_file.is_file() else None
+    if not jinja_file.is_file():
+        return None
+    try:
+        return jinja_file.read_text(encoding="utf-8"), str(jinja_file)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TextError(f"cannot read {jinja_file}: {_one_line(exc)}") from None
 
 
 def _stop_ids(folder: Path, tokenizer: TextTokenizer, special_tokens: Mapping[str, str | None]) -> list[int]:
@@ -251,8 +406,9 @@ def load_text(folder: str | Path) -> tuple[TextTokenizer, ChatTemplate | None, l
         raise TextError(f"checkpoint folder not found: {folder}")
     config_path = folder / "tokenizer_config.json"
     tokenizer_config = read_json(config_path, TextError) if config_path.is_file() else {}
-    special_tokens = {key: _token_text(tokenizer_config.get(key)) for key in SPECIAL_TOKEN_KEYS}
-    source = _chat_template_source(folder, tokenizer_config)
-    template = ChatTemplate(source, special_tokens) if source is not None else None
+    special_tokens = {key: _token_text(config_path, key, tokenizer_config.get(key))
+                      for key in SPECIAL_TOKEN_KEYS}
+    found = _chat_template_source(folder, tokenizer_config)
+    template = ChatTemplate(found[0], special_tokens, name=found[1]) if found is not None else None
     tokenizer = TextTokenizer.from_file(folder / "tokenizer.json")
     return tokenizer, template, _stop_ids(folder, tokenizer, special_tokens)

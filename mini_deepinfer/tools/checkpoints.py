@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -50,7 +51,7 @@ from mini_deepinfer.tools.checkpoint_options import (
     CHECKPOINT_PRESETS,
     DEFAULT_MAX_SHARD_SIZE,
 )
-from mini_deepinfer.tools.files import staged_folder
+from mini_deepinfer.tools.files import check_free_space, disk_errors, staged_folder
 from mini_deepinfer.tools.tokenizer_files import (
     QWEN3_5_CHAT_TEMPLATE,
     R1_DISTILL_CHAT_TEMPLATE,
@@ -322,6 +323,12 @@ def random_shards(
             yield file_name, tensors
 
 
+def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """``safetensors.torch.save_file``, with a full disk as one line (``files.NoSpaceError``)."""
+    with disk_errors(path, (SafetensorError,)):
+        save_file(tensors, str(path), metadata={"format": "pt"})
+
+
 def write_weights(
     folder: Path, config: ModelConfig, dtype: torch.dtype, seed: int, max_shard_size: int
 ) -> int:
@@ -329,7 +336,7 @@ def write_weights(
     weight_map: dict[str, str] = {}
     total = 0
     for file_name, tensors in random_shards(config, dtype, seed, max_shard_size):
-        save_file(tensors, str(folder / file_name), metadata={"format": "pt"})
+        save_tensors(tensors, folder / file_name)
         weight_map.update({name: file_name for name in tensors})
         total += sum(t.numel() * t.element_size() for t in tensors.values())
     if len(set(weight_map.values())) > 1:
@@ -341,6 +348,14 @@ def write_weights(
 # ---------------------------------------------------------------------------------------------------------
 # Writing the folder.
 # ---------------------------------------------------------------------------------------------------------
+
+
+def checkpoint_size(config: ModelConfig, dtype: torch.dtype, chosen: Preset) -> int:
+    """Bytes a random checkpoint takes, known before it is written: the weights, the tokenizer file, and a
+    megabyte for the headers and the small JSON files."""
+    weights = config.num_parameters() * torch.empty(0, dtype=dtype).element_size()
+    tokenizer = len(cached_tokenizer(chosen.tokenizer_family).to_str(pretty=False).encode("utf-8"))
+    return weights + tokenizer + 2**20
 
 
 @dataclass(frozen=True)
@@ -364,13 +379,15 @@ class CheckpointSummary:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with disk_errors(path):
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def write_text_files(folder: Path, chosen: Preset) -> None:
     """``tokenizer.json``, ``tokenizer_config.json`` and ``generation_config.json``."""
     tokenizer = cached_tokenizer(chosen.tokenizer_family)
-    tokenizer.save(str(folder / "tokenizer.json"), pretty=False)
+    with disk_errors(folder / "tokenizer.json"):
+        (folder / "tokenizer.json").write_text(tokenizer.to_str(pretty=False), encoding="utf-8")
     recipe = TOKENIZER_RECIPES[chosen.tokenizer_family]
     decoder = added_tokens_decoder(tokenizer, recipe)
     write_json(folder / "tokenizer_config.json", {**chosen.tokenizer_config, "added_tokens_decoder": decoder})
@@ -405,6 +422,7 @@ def write_random_checkpoint(
     if "text_config" in config_dict:
         config_dict["text_config"]["dtype"] = dtype_name(dtype)
     config = config_from_hf_dict(config_dict)
+    check_free_space(output, checkpoint_size(config, dtype, chosen))
     with staged_folder(output, force) as staging:
         write_json(staging / "config.json", config_dict)
         weight_bytes = write_weights(staging, config, dtype, seed, max_shard_size)
@@ -434,6 +452,15 @@ def _noise_like(t: torch.Tensor, noise: float, generator: torch.Generator) -> to
     return (torch.randn(t.shape, generator=generator) * scale).to(device=t.device, dtype=t.dtype)
 
 
+def _check_finite(t: torch.Tensor, noise: float, name: str) -> torch.Tensor:
+    """``t``, refused when the noise made a value non-finite in its dtype (a huge ``noise`` overflows bfloat16
+    and float32): before the tensor is used or written."""
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"--noise {noise:g} makes {name} non-finite in {dtype_name(t.dtype)}; use a smaller "
+                         "--noise")
+    return t
+
+
 # --8<-- [start:perturbed_copy]
 def perturbed_copy(model: CausalLM, noise: float, seed: int) -> CausalLM:
     """A copy of ``model`` whose matrices get Gaussian noise of ``noise`` x their own standard deviation.
@@ -443,9 +470,9 @@ def perturbed_copy(model: CausalLM, noise: float, seed: int) -> CausalLM:
     draft = copy.deepcopy(model)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for param in draft.parameters():
+        for name, param in draft.named_parameters():
             if param.dim() >= 2 and noise:
-                param.add_(_noise_like(param, noise, generator))
+                _check_finite(param.add_(_noise_like(param, noise, generator)), noise, name)
     return draft
 # --8<-- [end:perturbed_copy]
 
@@ -468,20 +495,38 @@ def write_perturbed_checkpoint(source: Path, output: Path, noise: float, seed: i
     The copy keeps the tokenizer and config, so it can serve as a draft for the source checkpoint.
     ``force`` replaces a non-empty ``output`` folder.
     """
-    if not (Path(source) / "config.json").is_file():
+    source = Path(source)
+    if not (source / "config.json").is_file():
         raise ValueError(f"{source} is not a checkpoint folder (no config.json)")
+    check_free_space(output, sum(f.stat().st_size for f in source.rglob("*") if f.is_file()))
     generator = torch.Generator().manual_seed(seed)
     changed = 0
     with staged_folder(output, force) as staging:
-        shutil.copytree(source, staging, dirs_exist_ok=True)
+        _copy_all_but_weights(source, staging)
         _note_perturbation(staging / "config.json", noise, seed)
-        for path in sorted(staging.glob("*.safetensors")):
+        for path in sorted(source.glob("*.safetensors")):
             tensors = load_file(str(path))
             for name in sorted(tensors):
                 t = tensors[name]
                 if t.dim() >= 2 and t.is_floating_point():
-                    tensors[name] = (t.float() + _noise_like(t.float(), noise, generator)).to(t.dtype)
+                    noisy = (t.float() + _noise_like(t.float(), noise, generator)).to(t.dtype)
+                    tensors[name] = _check_finite(noisy, noise, name)
                     changed += 1
-            save_file(tensors, str(path), metadata={"format": "pt"})
+            save_tensors(tensors, staging / path.name)
     return changed
+# --8<-- [end:write_draft]
+
+
+def _copy_all_but_weights(source: Path, staging: Path) -> None:
+    """Copy every file and folder of ``source`` but its ``*.safetensors`` (written perturbed afterwards), one
+    at a time, so that a full disk is one line naming the file (``shutil.copytree`` gathers every failure
+    into one long ``shutil.Error``)."""
+    for item in sorted(source.iterdir()):
+        if item.suffix == ".safetensors" and item.is_file():
+            continue
+        with disk_errors(staging / item.name):
+            if item.is_dir():
+                shutil.copytree(item, staging / item.name)
+            else:
+                shutil.copy2(item, staging / item.name)
 # --8<-- [end:write_draft]

@@ -3,6 +3,8 @@
 Scope: :func:`cold_difference` (how far a request's live cache, all three parts, is from a cold recomputation
 of the prefix it should hold) and :func:`check_greedy` (the delivered tokens against a plain greedy run of the
 target, alone, in a fresh cache). ``generate --check-greedy``, the two-model demo and the tests use them.
+Also :func:`check_positions`, the check before a run that no request goes past the positions the model was
+built for.
 Non-scope: running the engine being checked.
 """
 
@@ -20,7 +22,15 @@ from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.factory import build_engine
 from mini_deepinfer.runtime.staging import batch_from_sequences
 
-__all__ = ["check_greedy", "cold_difference"]
+__all__ = ["check_greedy", "check_positions", "cold_difference"]
+
+
+def check_positions(needed: int, limit: int, what: str, model: str) -> None:
+    """Refuse ``needed`` positions (a prompt plus its new tokens) beyond ``limit``, the model's
+    ``max_position_embeddings``: past it the rotary positions are ones the model never saw, and nothing in its
+    output would say so."""
+    if needed > limit:
+        raise ValueError(f"{what} needs {needed} positions; {model} has max_position_embeddings {limit}")
 
 
 # --8<-- [start:cold_difference]

@@ -2,22 +2,31 @@
 
 Scope: :class:`OneLineParser` (argparse that raises :class:`UsageError` instead of printing usage), the
 :func:`run_command` wrapper every command's ``main`` goes through (an input error becomes one line on stderr
-and exit code 2, Ctrl-C exit code 130, never a traceback), :func:`in_flag_terms` (the library's messages in
-the command's flag names), the ``--graphs`` / ``--eager`` pair and ``--compile``, and an argparse type for
-comma-separated numbers. Standard library only. Non-scope: what any command does.
+and exit code 2; Ctrl-C, SIGTERM and SIGHUP one line and exit code 128 + the signal's number, 130 for Ctrl-C,
+after every writer has removed what it left half-written; never a traceback), :func:`in_flag_terms` (the
+library's messages in the command's flag names), the ``--graphs`` / ``--eager`` pair and ``--compile``, and
+an argparse type for comma-separated numbers. Standard library only. Non-scope: what any command does.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 __all__ = [
-    "OneLineParser", "UsageError", "add_execution_options", "execution_choice", "in_flag_terms",
-    "positive_ints", "run_command",
+    "Interrupted", "OneLineParser", "STOP_SIGNALS", "UsageError", "add_execution_options", "argument_bytes",
+    "argument_text", "execution_choice", "in_flag_terms", "positive_ints", "run_command",
+    "stop_signals_raise",
 ]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What a shell (Ctrl-C, a closed terminal) or a supervisor (``kill``, systemd, docker stop) sends to stop a
+command; each one unwinds the command so that its writers clean up."""
 
 
 class UsageError(ValueError):
@@ -31,6 +40,74 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class Interrupted(KeyboardInterrupt):
+    """A stop signal arrived; ``signum`` says which.
+
+    A subclass on purpose: when a bare ``KeyboardInterrupt`` leaves code that ``exec`` or ``eval`` runs from a
+    string (dataclasses and namedtuples build their methods that way, so importing torch does it thousands of
+    times), CPython notes it as unhandled and, at exit, ends the process by SIGINT (status -2) even though
+    the command caught it and asked for 130. CPython notes only the exact class, never a subclass.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def stop_signals_raise() -> Iterator[None]:
+    """Inside the block, the first of :data:`STOP_SIGNALS` raises :class:`Interrupted`.
+
+    Later signals are ignored from then on, also after the block: the command is cleaning up and ending, and a
+    second Ctrl-C must interrupt neither the removal of a half-written folder nor the interpreter's exit.
+    Without a signal the previous handlers come back when the block ends. Outside the main thread (where
+    Python runs no signal handler) the block runs unchanged.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if not received:
+            received.append(signum)
+            raise Interrupted(signum)
+
+    previous = _set_handlers(dict.fromkeys(STOP_SIGNALS, handler))
+    try:
+        yield
+    finally:
+        _set_handlers({signum: signal.SIG_IGN if received else old for signum, old in previous.items()})
+
+
+def _set_handlers(handlers: Mapping[int, object]) -> dict[int, object]:
+    """Install each handler; return the ones replaced. A signal the platform refuses (a browser's Python
+    has no SIGHUP to catch) is left alone."""
+    previous = {}
+    for signum, handler in handlers.items():
+        try:
+            previous[signum] = signal.signal(signum, handler)
+        except (OSError, ValueError):
+            continue
+    return previous
+
+
+def interrupted_line(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The stderr line and exit code of a stop: ``error: interrupted``, 130 (Ctrl-C); 128 + N for signal N."""
+    signum = getattr(exc, "signum", signal.SIGINT)
+    if signum == signal.SIGINT:
+        return "error: interrupted", 130
+    return f"error: interrupted by {signal.Signals(signum).name}", 128 + signum
+
+
+def escape_what_stdout_cannot_show() -> None:
+    """Under a locale whose encoding is not UTF-8 (``LC_ALL=C`` is ASCII), a character the encoding lacks is
+    printed as an escape (``\\u4f60``), not a failure after the whole run."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "")
+    if encoding not in ("utf8", "utf_8") and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 # --8<-- [start:run_command]
 def run_command(body: Callable[[list[str]], int], argv: Sequence[str] | None = None,
                 errors: tuple[type[BaseException], ...] = (ValueError,)) -> int:
@@ -38,17 +115,21 @@ def run_command(body: Callable[[list[str]], int], argv: Sequence[str] | None = N
 
     Every input error in this package is a ``ValueError`` with a one-line message (``UsageError`` for flags,
     the library's own checks for everything else); ``errors`` adds others a command expects (file errors for
-    commands that write folders). Ctrl-C ends with exit code 130.
+    commands that write folders). Ctrl-C ends with exit code 130, SIGTERM and SIGHUP with 128 + their number,
+    each after the block it interrupted has cleaned up (``stop_signals_raise``).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    escape_what_stdout_cannot_show()
     try:
-        return body(argv)
+        with stop_signals_raise():
+            return body(argv)
     except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        line, code = interrupted_line(exc)
+        print(line, file=sys.stderr)
+        return code
 # --8<-- [end:run_command]
 
 
@@ -72,6 +153,20 @@ def in_flag_terms(flags: Mapping[str, str]) -> Iterator[None]:
             raise
         raise UsageError(f"{flags[name]} {rest}") from None
 # --8<-- [end:in_flag_terms]
+
+
+def argument_bytes(arg: str) -> bytes:
+    """The bytes a command-line argument arrived as. Python decodes them with the locale's encoding (ASCII
+    under ``LC_ALL=C``) and keeps each byte it cannot decode as a lone surrogate; this undoes that."""
+    try:
+        return os.fsencode(arg)
+    except UnicodeEncodeError:  # text handed over in-process (``main([...])``), not from a command line
+        return arg.encode("utf-8", "surrogateescape")
+
+
+def argument_text(arg: str) -> str:
+    """An argument as UTF-8 text whatever the locale; bytes that are not UTF-8 become ``\\xNN`` escapes."""
+    return argument_bytes(arg).decode("utf-8", "backslashreplace")
 
 
 def positive_ints(text: str) -> list[int]:

@@ -3,13 +3,17 @@
 Scope: the mode a plain ``open`` would give a new file (:func:`default_file_mode`), and
 :func:`staged_folder`, which builds a folder under a hidden name beside its destination and renames it into
 place only when it is complete. The checkpoint writers use it; run records write single files the same way
-(``records.write_record``).
+(``records.write_record``). A full disk is one line naming the file system and the file
+(:class:`NoSpaceError`): :func:`check_free_space` before a write whose size is known, :func:`disk_errors`
+around any write (also the errors safetensors raises, which carry only the OS error's number).
 Non-scope: what goes into the files.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -17,7 +21,62 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["default_file_mode", "staged_folder"]
+__all__ = ["NoSpaceError", "check_free_space", "default_file_mode", "disk_errors", "staged_folder"]
+
+FULL_DISK = {errno.ENOSPC: "no space left", errno.EDQUOT: "disk quota exceeded",
+             errno.EFBIG: "file size limit (ulimit -f) reached"}
+"""The OS errors that mean "this write does not fit", and how the message words each."""
+_OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")  # how a Rust library (safetensors) reports one
+
+
+class NoSpaceError(ValueError):
+    """A write does not fit on its file system: one line naming the file system and the file."""
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the file system that holds ``path`` (or would hold it)."""
+    here = Path(os.path.realpath(path))
+    while not os.path.ismount(here):
+        here = here.parent
+    return here
+
+
+def _error_number(exc: Exception) -> int | None:
+    """The OS error number of an ``OSError``, or the one a library quoted as ``(os error N)``."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    match = _OS_ERROR_NUMBER.search(str(exc))
+    return int(match.group(1)) if match else None
+
+
+@contextmanager
+def disk_errors(path: str | os.PathLike[str],
+                library_errors: tuple[type[Exception], ...] = ()) -> Iterator[None]:
+    """Turn a full disk (or quota, or file size limit) met while writing ``path`` into :class:`NoSpaceError`.
+
+    ``library_errors`` are the exception types of a library that writes files itself; they count when their
+    message quotes one of those OS errors. Every other error passes unchanged.
+    """
+    try:
+        yield
+    except (OSError, *library_errors) as exc:
+        number = _error_number(exc)
+        if number not in FULL_DISK:
+            raise
+        raise NoSpaceError(f"{FULL_DISK[number]} on device {_mount_point(Path(path))} for {path}") from None
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def check_free_space(path: str | os.PathLike[str], needed: int) -> None:
+    """Refuse, before writing, ``needed`` bytes that the file system holding ``path`` has no room for."""
+    mount = _mount_point(Path(path))
+    free = shutil.disk_usage(mount).free
+    if free < needed:
+        raise NoSpaceError(f"no space left on device {mount} for {path}: it needs {_size(needed)}, "
+                           f"{_size(free)} are free")
 
 
 def default_file_mode() -> int:

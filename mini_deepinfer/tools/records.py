@@ -38,7 +38,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from mini_deepinfer.tools.files import default_file_mode
+from mini_deepinfer.tools.cli import argument_text
+from mini_deepinfer.tools.files import default_file_mode, disk_errors
 
 __all__ = [
     "RECORD_KEYS",
@@ -237,10 +238,18 @@ def write_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
 
     Raises:
         RecordError: the record holds a value JSON cannot encode, or the path is unusable.
-        OSError: the disk write itself failed.
+        NoSpaceError: the file system is full (the old file stays as it was).
+        OSError: the disk write itself failed otherwise.
     """
     target = check_output_path(path)
     text = _encode(record)
+    with disk_errors(path):
+        _write_text(target, text)
+
+
+def _write_text(target: Path, text: str) -> None:
+    """Write ``text`` into a FIFO or device as it is, or atomically over a regular file (a temporary file
+    renamed into place, removed on any error)."""
     if _is_special(target):
         with open(target, "w", encoding="utf-8") as file:
             file.write(text)
@@ -310,7 +319,7 @@ class RunRecord:
     def start(cls, command: Sequence[str], config: dict[str, Any] | None = None) -> RunRecord:
         """A record stamped now, with the engine's commit (dirty: the package differs from it) + version."""
         return cls(
-            command=list(command),
+            command=[argument_text(arg) for arg in command],
             config=dict(config or {}),
             source_sha=package_source_sha(),
             version=package_version(),
