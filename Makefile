@@ -74,10 +74,10 @@ snippets: $(STAMP)
 serve: snippets $(PYODIDE_STAMP)
 	$(BIN)/python -m mkdocs serve -a 127.0.0.1:8000
 
-# The suite runs on two workers (pytest-xdist). --dist loadgroup with the groups tests/conftest.py gives keeps a
-# file's tests on one worker and the session's shared work (one regeneration of snippets/, one site build) on
-# one worker each, so nothing is made twice. The 15 slowest tests are listed at the end of every run.
-PYTEST_WORKERS := -n 2 --dist loadgroup --durations=15
+# The suite runs on two workers (pytest-xdist). The scheduler in tests/conftest.py keeps a file's tests on one
+# worker and the session's shared work (one regeneration of snippets/, one site build) on one worker each, so
+# nothing is made twice. The 15 slowest tests are listed at the end of every run.
+PYTEST_WORKERS := -n 2 --durations=15
 
 test: setup
 	DEEPINFER_SDIST=$(abspath $(DEEPINFER_SDIST)) $(BIN)/python -m pytest $(PYTEST_WORKERS)

@@ -71,31 +71,57 @@ def hosted(tmp_path_factory):
 
 # -- pytest-xdist: which tests share a worker ----------------------------------------------------------------
 
-# A test that uses one of these session fixtures runs on the worker that made it, so it is made once; these
-# groups go out first, since each is the longest single piece of work in the suite.
-SHARED_WORK = {"hosted": "site", "regeneration": "regeneration"}
+# The files whose tests read one of the session's shared builds: all of a build's readers run on the worker
+# that made it, so it is made once. Each is the longest single piece of work in the suite: they go out first.
+SHARED_BUILDS = {"hosted": "site", "regeneration": "regeneration"}  # session fixture -> its unit of work
+SHARED_BUILD_FILES = {
+    "tests/test_site_build.py": "site", "tests/test_browser.py": "site", "tests/test_line_widths.py": "site",
+    "tests/test_inpage_run.py": "site",
+    "tests/test_snippets_current.py": "regeneration", "tests/test_regenerate_clean.py": "regeneration",
+}
 
 
-def work_unit(item: pytest.Item) -> str:
-    """The xdist group of a test: the shared piece of work it reads; the pages' code blocks (one group, since
-    a command shown on several pages runs once per worker: the root ``conftest.py``); else its own file."""
-    for fixture, group in SHARED_WORK.items():
-        if fixture in getattr(item, "fixturenames", ()):
-            return group
-    path = item.nodeid.split("::", 1)[0]
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its shared build's, the pages' code blocks' (one unit, since a
+    command shown on several pages runs once per worker: the root ``conftest.py``), else its own file's, so
+    a module-scoped fixture (a checkpoint, a ``mike`` deployment) is made on one worker only."""
+    path = nodeid.split("::", 1)[0]
+    if path in SHARED_BUILD_FILES:
+        return SHARED_BUILD_FILES[path]
     return "pages" if path.startswith("docs/") else path
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group the tests for ``--dist loadgroup`` and put the shared work first.
+    """Put the shared builds' units first; refuse a test that reads a shared build from a file not listed.
 
-    Grouping by file keeps each module-scoped fixture (a checkpoint, a ``mike`` deployment) on one worker;
-    grouping by shared fixture keeps each session-scoped build on one worker. The order is stable otherwise,
-    so a file's tests stay together and run in the order they are written.
+    The order is stable otherwise, so a file's tests stay together and run in the order they are written.
     """
-    units = {id(item): work_unit(item) for item in items}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(units[id(item)]))
-    first = list(SHARED_WORK.values())
-    items.sort(key=lambda item: first.index(units[id(item)]) if units[id(item)] in first else len(first))
+        for fixture, unit in SHARED_BUILDS.items():
+            if fixture in getattr(item, "fixturenames", ()) and work_unit(item.nodeid) != unit:
+                raise pytest.UsageError(f"{item.nodeid} reads the {fixture!r} build: add its file to "
+                                        f"SHARED_BUILD_FILES in tests/conftest.py, or it is built twice")
+    first = list(SHARED_BUILDS.values())
+
+    def rank(item: pytest.Item) -> int:
+        unit = work_unit(item.nodeid)
+        return first.index(unit) if unit in first else len(first)
+
+    items.sort(key=rank)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Send each unit of work (:func:`work_unit`) whole to one worker, in collection order.
+
+    This is pytest-xdist's ``loadscope`` scheduling with our units for scopes. (Its ``loadgroup`` mode would
+    read ``xdist_group`` marks, but it renames tests through a node attribute that pytest 9 no longer reads,
+    so with pytest 9.2 it groups nothing.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the shared builds first, as collected
+    return WorkUnitScheduling(config, log)
