@@ -334,7 +334,7 @@ def write_model(model, tokenizer, folder: Path, record: dict[str, Any]) -> None:
                                           encoding="utf-8")
 
 
-def base_record(corpus, config, seed: int, schedule: Schedule) -> dict[str, Any]:
+def base_record(corpus, config, seed: int, schedule: Schedule, commit: str) -> dict[str, Any]:
     import transformers
 
     from site_scripts.corpora import ARCHIVES
@@ -351,7 +351,7 @@ def base_record(corpus, config, seed: int, schedule: Schedule) -> dict[str, Any]
         "tokens_seen": schedule.steps * BATCH * SEQ_LEN,
         "cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(),
-        "command": "python -m site_scripts.train_models", "commit": git_commit(),
+        "command": "python -m site_scripts.train_models", "commit": commit,
     }
 
 
@@ -377,7 +377,7 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None) -> d
     from site_scripts.corpora import load_corpus
 
     torch.set_num_threads(1)
-    started = time.perf_counter()
+    started, commit = time.perf_counter(), git_commit()  # the code that trains
     corpus = load_corpus()
     train_docs = {lang: docs[:limit_docs] for lang, docs in corpus.train.items()}
     tokenizer = train_tokenizer([d for docs in train_docs.values() for d in docs])
@@ -398,7 +398,7 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None) -> d
     target_run = train(target, Windows(streams, seed), plan.target, next_token_loss, "target", evaluate,
                        plan.eval_every)
     target = bf16_copy(target)
-    target_record = base_record(corpus, target_config, seed, plan.target)
+    target_record = base_record(corpus, target_config, seed, plan.target, commit)
     target_record.update(parameters=sum(p.numel() for p in target.parameters()), training=target_run,
                          objective="next-token cross-entropy", scores=final_scores(target),
                          train_tokens={k: len(v) for k, v in streams.items()})
@@ -411,7 +411,7 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None) -> d
         draft_run = train(draft, Windows(streams, seed + 1), plan.draft, loss_fn, name, evaluate,
                           plan.eval_every)
         draft = bf16_copy(draft)
-        record = base_record(corpus, draft_config, seed + 1, plan.draft)
+        record = base_record(corpus, draft_config, seed + 1, plan.draft, commit)
         record.update(parameters=sum(p.numel() for p in draft.parameters()), training=draft_run,
                       objective=("KL(target || draft) over the vocabulary, from the bfloat16 target's logits"
                                  if name == "draft" else "next-token cross-entropy (the corpus alone)"),
