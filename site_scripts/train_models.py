@@ -167,23 +167,28 @@ def new_model(config, seed: int):
 
 
 class Windows:
-    """Training windows of ``SEQ_LEN + 1`` tokens from every language's stream, in one seeded order."""
+    """Training windows of ``SEQ_LEN + 1`` tokens, each batch with as many from every language, in a seeded
+    order (a new one after each pass over a language's windows)."""
 
     def __init__(self, streams: dict[str, torch.Tensor], seed: int, seq_len: int = SEQ_LEN) -> None:
         self.seq_len = seq_len
-        self.data = torch.cat(list(streams.values()))
-        self.starts = torch.arange(0, len(self.data) - seq_len - 1, seq_len)
         self.generator = torch.Generator().manual_seed(seed)
-        self.order = torch.randperm(len(self.starts), generator=self.generator)
-        self.position = 0
+        self.streams = list(streams.values())
+        self.starts = [torch.arange(0, len(s) - seq_len - 1, seq_len) for s in self.streams]
+        self.orders = [torch.randperm(len(s), generator=self.generator) for s in self.starts]
+        self.positions = [0] * len(self.streams)
 
     def batch(self, size: int) -> torch.Tensor:
-        """The next ``size`` windows ``[size, SEQ_LEN + 1]``; a new seeded order after each pass."""
-        if self.position + size > len(self.order):
-            self.order, self.position = torch.randperm(len(self.starts), generator=self.generator), 0
-        starts = self.starts[self.order[self.position: self.position + size]]
-        self.position += size
-        return torch.stack([self.data[s: s + self.seq_len + 1] for s in starts.tolist()])
+        """The next ``size`` windows ``[size, SEQ_LEN + 1]``, ``size // languages`` from each language."""
+        rows = []
+        for i, (stream, starts) in enumerate(zip(self.streams, self.starts)):
+            take = size // len(self.streams)
+            if self.positions[i] + take > len(self.orders[i]):
+                self.orders[i], self.positions[i] = torch.randperm(len(starts), generator=self.generator), 0
+            chosen = starts[self.orders[i][self.positions[i]: self.positions[i] + take]]
+            self.positions[i] += take
+            rows += [stream[s: s + self.seq_len + 1] for s in chosen.tolist()]
+        return torch.stack(rows)
 
 
 def next_token_loss(model, x: torch.Tensor) -> torch.Tensor:
@@ -346,7 +351,8 @@ def base_record(corpus, config, seed: int, schedule: Schedule, commit: str) -> d
         "config": {k: v for k, v in config.to_dict().items() if k not in ("transformers_version",)},
         "parameters": None, "seed": seed,
         "schedule": {"steps": schedule.steps, "peak_lr": schedule.peak_lr, "warmup": schedule.warmup,
-                     "batch": BATCH, "seq_len": SEQ_LEN, "optimizer": "AdamW(0.9, 0.95), weight decay 0.1, "
+                     "batch": BATCH, "seq_len": SEQ_LEN, "mix": "half English, half Chinese windows",
+                     "optimizer": "AdamW(0.9, 0.95), weight decay 0.1, "
                      "clip 1.0, cosine to 10 %"},
         "tokens_seen": schedule.steps * BATCH * SEQ_LEN,
         "cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__,
@@ -369,7 +375,7 @@ class Plan:
     eval_every: int
 
 
-FULL = Plan(Schedule(1800, 2e-3, 80), Schedule(800, 3e-3, 50), 8192, 65536, 200)
+FULL = Plan(Schedule(1100, 3e-3, 60), Schedule(500, 3e-3, 40), 8192, 32768, 200)
 SMOKE = Plan(Schedule(6, 2e-3, 2), Schedule(4, 3e-3, 2), 1024, 2048, 3)
 
 
