@@ -375,7 +375,7 @@ class Plan:
     eval_every: int
 
 
-FULL = Plan(Schedule(1100, 3e-3, 60), Schedule(500, 3e-3, 40), 8192, 32768, 200)
+FULL = Plan(Schedule(850, 3e-3, 50), Schedule(400, 3e-3, 30), 8192, 32768, 200)
 SMOKE = Plan(Schedule(6, 2e-3, 2), Schedule(4, 3e-3, 2), 1024, 2048, 3)
 
 
