@@ -211,13 +211,14 @@ def distillation_loss(teacher) -> Callable[[Any, torch.Tensor], torch.Tensor]:
 
 
 def train(model, windows: Windows, schedule: Schedule, loss_fn, name: str, evaluate=None,
-          eval_every: int = 0) -> dict[str, Any]:
-    """AdamW over ``schedule.steps`` batches; returns the loss curve, held-out points and wall time."""
+          eval_every: int = 0, stop_after: int | None = None) -> dict[str, Any]:
+    """AdamW over ``schedule.steps`` batches (or only the first ``stop_after`` of them); returns the loss
+    curve, held-out points and wall time."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=schedule.peak_lr, betas=(0.9, 0.95),
                                   weight_decay=0.1)
     curve, points, running, started = [], [], [], time.perf_counter()
     model.train()
-    for step in range(schedule.steps):
+    for step in range(schedule.steps if stop_after is None else stop_after):
         for group in optimizer.param_groups:
             group["lr"] = schedule.lr(step)
         loss = loss_fn(model, windows.batch(BATCH))
@@ -379,19 +380,25 @@ FULL = Plan(Schedule(850, 3e-3, 50), Schedule(400, 3e-3, 30), 8192, 32768, 200)
 SMOKE = Plan(Schedule(6, 2e-3, 2), Schedule(4, 3e-3, 2), 1024, 2048, 3)
 
 
-def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None) -> dict[str, Any]:
+def prepare(limit_docs: int | None = None):
+    """The corpus, the tokenizer trained on it, and the token streams: training, held-out, unseen."""
     from site_scripts.corpora import load_corpus
 
-    torch.set_num_threads(1)
-    started, commit = time.perf_counter(), git_commit()  # the code that trains
     corpus = load_corpus()
     train_docs = {lang: docs[:limit_docs] for lang, docs in corpus.train.items()}
     tokenizer = train_tokenizer([d for docs in train_docs.values() for d in docs])
-    chars = token_chars(tokenizer)
     streams = {lang: token_stream(tokenizer, docs) for lang, docs in train_docs.items()}
     held = {f"held_out_{lang}": token_stream(tokenizer, docs) for lang, docs in corpus.held_out.items()}
     unseen = {f"unseen_{lang}": token_stream(tokenizer, docs) for lang, docs in corpus.unseen.items()}
     print({k: len(v) for k, v in {**streams, **held, **unseen}.items()}, flush=True)
+    return corpus, tokenizer, streams, held, unseen
+
+
+def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    started, commit = time.perf_counter(), git_commit()  # the code that trains
+    corpus, tokenizer, streams, held, unseen = prepare(limit_docs)
+    chars = token_chars(tokenizer)
     eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
     evaluate = evaluator(held, chars, plan.eval_tokens)
 
@@ -438,9 +445,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output", nargs="?", type=Path, default=OUTPUT, help="folder for target/ and draft/")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--smoke", action="store_true", help="a few steps of every stage (checks the code)")
+    parser.add_argument("--check", type=int, metavar="STEPS",
+                        help="train the target for STEPS steps and compare with OUTPUT/target/training.json")
     args = parser.parse_args(argv)
+    if args.check:
+        return check_against_record(args.output / "target", args.check)
     run(args.output, SMOKE if args.smoke else FULL, args.seed, limit_docs=200 if args.smoke else None)
     return 0
+
+
+def check_against_record(folder: Path, steps: int) -> int:
+    """Retrain the first ``steps`` steps with the record's seed; compare tokenizer and loss curve with it.
+
+    Prints each logged loss beside the recorded one; exits 1 if the tokenizer differs or a loss differs
+    by more than 2 %.
+    """
+    made = json.loads((folder / "training.json").read_text(encoding="utf-8"))
+    torch.set_num_threads(1)
+    _, tokenizer, streams, _, _ = prepare()
+    scratch = RUN_CACHE / "check-tokenizer.json"
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(scratch))
+    same_tokenizer = file_sha256(scratch) == made["tokenizer_sha256"]
+    eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
+    model = new_model(model_config(TARGET_SHAPE, tokenizer.get_vocab_size(), eos), made["seed"])
+    schedule = Schedule(**{k: made["schedule"][k] for k in ("steps", "peak_lr", "warmup")})
+    run = train(model, Windows(streams, made["seed"]), schedule, next_token_loss, "check", stop_after=steps)
+    recorded = dict((step, loss) for step, loss in made["training"]["loss"])
+    worst = 0.0
+    for step, loss in run["loss"]:
+        worst = max(worst, abs(loss - recorded[step]) / recorded[step])
+        print(f"step {step}: loss {loss:.4f}, recorded {recorded[step]:.4f}")
+    print(f"tokenizer {'identical' if same_tokenizer else 'DIFFERENT'}; largest loss difference {worst:.2%}")
+    return 0 if same_tokenizer and worst <= 0.02 else 1
 
 
 if __name__ == "__main__":
