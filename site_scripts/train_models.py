@@ -27,6 +27,7 @@ Non-scope: measuring generation and speculative acceptance with the engine (``me
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import math
@@ -321,16 +322,21 @@ def git_commit() -> str:
         return "unknown"
 
 
+@torch.no_grad()
 def bf16_copy(model):
-    """The model as it is committed: weights rounded to bfloat16, then back to float32 to compute."""
-    return model.to(torch.bfloat16).to(torch.float32)
+    """The model as it is committed: its parameters rounded to bfloat16, kept in float32 to compute.
+
+    Only the parameters: the rotary frequencies (a buffer) stay float32, as every loader computes them.
+    """
+    for param in model.parameters():
+        param.copy_(param.to(torch.bfloat16))
+    return model
 
 
 def write_model(model, tokenizer, folder: Path, record: dict[str, Any]) -> None:
     """The Hugging Face layout in bfloat16, the tokenizer files and ``training.json``."""
     folder.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
-    model.to(torch.float32)
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(
         json.dumps(tokenizer_config(tokenizer), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
@@ -376,7 +382,7 @@ class Plan:
     eval_every: int
 
 
-FULL = Plan(Schedule(850, 3e-3, 50), Schedule(400, 3e-3, 30), 8192, 32768, 200)
+FULL = Plan(Schedule(850, 3e-3, 50), Schedule(200, 3e-3, 20), 8192, 32768, 100)
 SMOKE = Plan(Schedule(6, 2e-3, 2), Schedule(4, 3e-3, 2), 1024, 2048, 3)
 
 
@@ -394,7 +400,18 @@ def prepare(limit_docs: int | None = None):
     return corpus, tokenizer, streams, held, unseen
 
 
-def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None) -> dict[str, Any]:
+def rescore(folder: Path, scores: dict[str, Any]) -> None:
+    """Replace the scores of a written record with those of the model read back from its files."""
+    path = folder / "training.json"
+    made = json.loads(path.read_text(encoding="utf-8"))
+    made.update(scores=scores, scored="from the bfloat16 files as written (rotary frequencies in float32)")
+    path.write_text(json.dumps(made, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+
+
+def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
+        drafts_only: bool = False) -> dict[str, Any]:
+    """Every stage; with ``drafts_only`` the target is read from ``output/target`` (as written by an earlier
+    run: the drafts then learn from exactly the weights they would have learnt from in one run)."""
     torch.set_num_threads(1)
     started, commit = time.perf_counter(), git_commit()  # the code that trains
     corpus, tokenizer, streams, held, unseen = prepare(limit_docs)
@@ -406,19 +423,27 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None) -> d
         return {name: bits_per_char(model, stream, chars, plan.final_eval_tokens)
                 for name, stream in {**held, **unseen}.items()}
 
-    target_config = model_config(TARGET_SHAPE, tokenizer.get_vocab_size(), eos)
-    target = new_model(target_config, seed)
-    target_run = train(target, Windows(streams, seed), plan.target, next_token_loss, "target", evaluate,
-                       plan.eval_every)
-    target = bf16_copy(target)
-    target_record = base_record(corpus, target_config, seed, plan.target, commit)
-    target_record.update(parameters=sum(p.numel() for p in target.parameters()), training=target_run,
-                         objective="next-token cross-entropy", scores=final_scores(target),
-                         train_tokens={k: len(v) for k, v in streams.items()})
-    write_model(target, tokenizer, output / "target", target_record)
+    results: dict[str, Any] = {}
+    if drafts_only:
+        from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
+
+        target = Qwen3_5ForCausalLM.from_pretrained(output / "target", dtype=torch.float32).eval()
+        rescore(output / "target", final_scores(target))
+    else:
+        target_config = model_config(TARGET_SHAPE, tokenizer.get_vocab_size(), eos)
+        target = new_model(target_config, seed)
+        target_run = train(target, Windows(streams, seed), plan.target, next_token_loss, "target", evaluate,
+                           plan.eval_every)
+        target = bf16_copy(target)
+        target_record = base_record(corpus, target_config, seed, plan.target, commit)
+        target_record.update(parameters=sum(p.numel() for p in target.parameters()), training=target_run,
+                             objective="next-token cross-entropy", scores=final_scores(target),
+                             scored="from the bfloat16 weights (rotary frequencies in float32)",
+                             train_tokens={k: len(v) for k, v in streams.items()})
+        write_model(target, tokenizer, output / "target", target_record)
+        results["target"] = target_record
 
     draft_config = model_config(DRAFT_SHAPE, tokenizer.get_vocab_size(), eos)
-    results = {"target": target_record}
     for name, loss_fn in (("draft", distillation_loss(target)), ("draft-corpus-only", next_token_loss)):
         draft = new_model(draft_config, seed + 1)
         draft_run = train(draft, Windows(streams, seed + 1), plan.draft, loss_fn, name, evaluate,
@@ -445,12 +470,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output", nargs="?", type=Path, default=OUTPUT, help="folder for target/ and draft/")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--smoke", action="store_true", help="a few steps of every stage (checks the code)")
+    parser.add_argument("--drafts-only", action="store_true",
+                        help="train only the drafts, from the target already in OUTPUT/target")
     parser.add_argument("--check", type=int, metavar="STEPS",
                         help="train the target for STEPS steps and compare with OUTPUT/target/training.json")
     args = parser.parse_args(argv)
     if args.check:
         return check_against_record(args.output / "target", args.check)
-    run(args.output, SMOKE if args.smoke else FULL, args.seed, limit_docs=200 if args.smoke else None)
+    run(args.output, SMOKE if args.smoke else FULL, args.seed, limit_docs=200 if args.smoke else None,
+        drafts_only=args.drafts_only)
     return 0
 
 
