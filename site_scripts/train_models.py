@@ -54,6 +54,7 @@ SEQ_LEN = 256
 BATCH = 8
 SEED = 20260
 LOG_EVERY = 10
+DRAFTS = ("draft", "draft-corpus-only")  # distilled from the target; trained on the corpus alone
 
 # --8<-- [start:shapes]
 TARGET_SHAPE = dict(hidden_size=256, intermediate_size=768, num_attention_heads=8, num_key_value_heads=2,
@@ -409,9 +410,10 @@ def rescore(folder: Path, scores: dict[str, Any]) -> None:
 
 
 def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
-        drafts_only: bool = False) -> dict[str, Any]:
-    """Every stage; with ``drafts_only`` the target is read from ``output/target`` (as written by an earlier
-    run: the drafts then learn from exactly the weights they would have learnt from in one run)."""
+        drafts_only: bool = False, drafts: Sequence[str] = DRAFTS) -> dict[str, Any]:
+    """Every stage; with ``drafts_only`` only the ``drafts`` named, the target read from ``output/target``
+    (as written by an earlier run: a draft then learns from exactly the weights it would have learnt from in
+    one run, and the corpus-only draft, which does not read the target, can train beside the target)."""
     torch.set_num_threads(1)
     started, commit = time.perf_counter(), git_commit()  # the code that trains
     corpus, tokenizer, streams, held, unseen = prepare(limit_docs)
@@ -424,12 +426,12 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
                 for name, stream in {**held, **unseen}.items()}
 
     results: dict[str, Any] = {}
-    if drafts_only:
+    if drafts_only and "draft" in drafts:
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
         target = Qwen3_5ForCausalLM.from_pretrained(output / "target", dtype=torch.float32).eval()
         rescore(output / "target", final_scores(target))
-    else:
+    elif not drafts_only:
         target_config = model_config(TARGET_SHAPE, tokenizer.get_vocab_size(), eos)
         target = new_model(target_config, seed)
         target_run = train(target, Windows(streams, seed), plan.target, next_token_loss, "target", evaluate,
@@ -444,7 +446,8 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
         results["target"] = target_record
 
     draft_config = model_config(DRAFT_SHAPE, tokenizer.get_vocab_size(), eos)
-    for name, loss_fn in (("draft", distillation_loss(target)), ("draft-corpus-only", next_token_loss)):
+    for name in drafts:
+        loss_fn = distillation_loss(target) if name == "draft" else next_token_loss
         draft = new_model(draft_config, seed + 1)
         draft_run = train(draft, Windows(streams, seed + 1), plan.draft, loss_fn, name, evaluate,
                           plan.eval_every)
@@ -457,6 +460,7 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
         folder = output / name if name == "draft" else RUN_CACHE / name
         write_model(draft, tokenizer, folder, record)
         if name != "draft":  # its weights stay in the cache; its record is committed beside the draft
+            output.mkdir(parents=True, exist_ok=True)
             (output / f"{name}-training.json").write_text((folder / "training.json").read_text("utf-8"),
                                                           encoding="utf-8")
         results[name] = record
@@ -472,13 +476,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="a few steps of every stage (checks the code)")
     parser.add_argument("--drafts-only", action="store_true",
                         help="train only the drafts, from the target already in OUTPUT/target")
+    parser.add_argument("--draft", choices=DRAFTS, action="append",
+                        help="with --drafts-only: train only this draft (repeatable; default both)")
     parser.add_argument("--check", type=int, metavar="STEPS",
                         help="train the target for STEPS steps and compare with OUTPUT/target/training.json")
     args = parser.parse_args(argv)
     if args.check:
         return check_against_record(args.output / "target", args.check)
     run(args.output, SMOKE if args.smoke else FULL, args.seed, limit_docs=200 if args.smoke else None,
-        drafts_only=args.drafts_only)
+        drafts_only=args.drafts_only, drafts=args.draft or DRAFTS)
     return 0
 
 
