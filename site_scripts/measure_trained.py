@@ -176,10 +176,13 @@ def measure(folder: Path) -> dict[str, Any]:
     record["widths"] = {lang: {str(w): acceptance(target, draft, ps, w, 0.0) for w in WIDTHS}
                         for lang, ps in prompts.items()}
     print("widths", record["widths"], flush=True)
-    record["drafts"] = {lang: {name: acceptance(target, d, ps, 4, 0.0) for name, d in drafts.items()}
+    # width 4, greedy, the distilled draft: measured once, in the widths table
+    record["drafts"] = {lang: {name: record["widths"][lang]["4"] if name == "distilled" else
+                               acceptance(target, d, ps, 4, 0.0) for name, d in drafts.items()}
                         for lang, ps in prompts.items()}
     print("drafts", record["drafts"], flush=True)
-    record["temperatures"] = {lang: {str(t): acceptance(target, draft, ps, 4, t) for t in TEMPERATURES}
+    record["temperatures"] = {lang: {str(t): record["widths"][lang]["4"] if t == 0.0 else
+                                     acceptance(target, draft, ps, 4, t) for t in TEMPERATURES}
                               for lang, ps in prompts.items()}
     record["speed"] = {lang: {"plain": speed(target, None, ps[0], 0),
                               **{f"speculative k={w}": speed(target, draft, ps[0], w) for w in (2, 4)}}
