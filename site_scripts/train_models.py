@@ -429,6 +429,8 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
     if drafts_only and "draft" in drafts:
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
 
+        while not (output / "target" / "training.json").is_file():  # a target still training elsewhere
+            time.sleep(10)
         target = Qwen3_5ForCausalLM.from_pretrained(output / "target", dtype=torch.float32).eval()
         rescore(output / "target", final_scores(target))
     elif not drafts_only:
