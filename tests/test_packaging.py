@@ -24,8 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "mini_deepinfer"
-EXTRAS = ("model", "parity", "docs", "test", "npu", "all")
-PINNED_EXTRAS = ("model", "parity", "docs", "test", "npu")
+EXTRAS = ("model", "parity", "docs", "test", "npu", "train", "all")
+PINNED_EXTRAS = ("model", "parity", "docs", "test", "npu", "train")
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;]+)$")
 COMMAND_TIMEOUT_S = 900
 

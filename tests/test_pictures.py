@@ -18,7 +18,7 @@ from xml.etree import ElementTree
 import pytest
 
 from mini_deepinfer.core.trace import TraceEvent
-from site_scripts import gen_pictures, gen_timeline, picture_labels, pictures
+from site_scripts import gen_pictures, gen_timeline, gen_trained_pictures, picture_labels, pictures
 from site_scripts.common import ROOT, read_json
 from site_scripts.regenerate import collect_outputs
 
@@ -28,7 +28,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 CJK = re.compile(r"[\u3400-\u9fff\uff00-\uffef]")
 IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]*assets/pictures/(?P<name>[\w.-]+)\.svg)\)")
 MAX_BYTES = 150_000
-DRAWN = {**gen_pictures.OUTPUTS, **gen_timeline.OUTPUTS}  # file name -> its drawing
+DRAWN = {**gen_pictures.OUTPUTS, **gen_timeline.OUTPUTS, **gen_trained_pictures.OUTPUTS}  # name -> drawing
 LABELS = {
     "abc-rounds": picture_labels.ABC,
     "cross-round-timeline": picture_labels.TIMELINE,
@@ -39,6 +39,7 @@ LABELS = {
     "bench-transformers": picture_labels.TRANSFORMERS_CHART,
     "bench-cpu": picture_labels.TRANSFORMERS_CHART,  # cpu-<preset>.json: ours against transformers
     "timeline": picture_labels.MEASURED_TIMELINE,  # timeline-<rounds report>
+    "trained-loss": gen_trained_pictures.LABELS,
 }
 LABEL_SETS = sorted({id(v): (k, v) for k, v in LABELS.items()}.values())
 

@@ -1,0 +1,135 @@
+"""The trained target and draft under ``trained/`` and the command that makes them.
+
+Scope: a few training steps of ``site_scripts.train_models`` on a short committed excerpt
+(``tests/data/corpus-excerpt.txt``) lower the loss and write a checkpoint the engine loads; the committed
+weights and tokenizer have the SHA-256 their training records quote and fit the size budget; both committed
+models give the same greedy tokens in this engine and in transformers; the split and the character count
+behind bits per character. Non-scope: the corpora themselves (never downloaded here) and the long training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from site_scripts import train_models as tm
+from site_scripts.corpora import HELD_OUT_EVERY, poem_text, split
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINED = ROOT / "trained"
+EXCERPT = Path(__file__).parent / "data" / "corpus-excerpt.txt"
+MODELS = ("target", "draft")
+TINY_SHAPE = dict(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+                  head_dim=16, linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=16,
+                  linear_value_head_dim=16, layer_types=["linear_attention", "full_attention"])
+
+
+def record(name: str) -> dict:
+    return json.loads((TRAINED / name / "training.json").read_text(encoding="utf-8"))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_few_training_steps_lower_the_loss_and_the_checkpoint_loads(tmp_path: Path) -> None:
+    from mini_deepinfer.models.loader import load_checkpoint
+    from mini_deepinfer.runtime.text import load_text
+
+    torch.set_num_threads(1)
+    text = EXCERPT.read_text(encoding="utf-8")
+    documents = text.split("\n\n")
+    tokenizer = tm.train_tokenizer(documents, vocab_size=400)
+    eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
+    model = tm.new_model(tm.model_config(TINY_SHAPE, tokenizer.get_vocab_size(), eos), seed=0)
+    windows = tm.Windows({"excerpt": tm.token_stream(tokenizer, documents)}, seed=0, seq_len=32)
+    run = tm.train(model, windows, tm.Schedule(steps=30, peak_lr=1e-2, warmup=3), tm.next_token_loss, "test")
+    losses = [loss for _, loss in run["loss"]]
+    assert losses[-1] < losses[0] - 0.5, losses
+    tm.write_model(model, tokenizer, tmp_path / "model", {"seed": 0})
+    loaded = load_checkpoint(tmp_path / "model")
+    assert loaded.config.layer_types == ("linear_attention", "full_attention")
+    text_tokenizer, template, stop_ids = load_text(tmp_path / "model")
+    assert template is not None and set(eos) <= set(stop_ids)
+    assert text_tokenizer.decode(text_tokenizer.encode("Kent.\n帝京篇")) == "Kent.\n帝京篇"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_committed_weights_and_tokenizer_have_the_sha256_of_their_record(name: str) -> None:
+    folder = TRAINED / name
+    assert sha256(folder / "model.safetensors") == record(name)["weights_sha256"]
+    assert sha256(folder / "tokenizer.json") == record(name)["tokenizer_sha256"]
+
+
+def test_both_models_share_one_tokenizer_and_fit_sixteen_megabytes() -> None:
+    assert record("target")["tokenizer_sha256"] == record("draft")["tokenizer_sha256"]
+    total = sum((TRAINED / name / "model.safetensors").stat().st_size for name in MODELS)
+    assert total <= 16 * 10**6
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_the_training_record_says_how_the_model_was_made(name: str) -> None:
+    made = record(name)
+    for key in ("corpora", "config", "seed", "schedule", "tokens_seen", "cpu", "threads", "torch", "commit",
+                "training", "scores", "parameters"):
+        assert key in made, key
+    assert all(len(corpus["sha256"]) == 64 for corpus in made["corpora"])
+    assert made["training"]["loss"][-1][0] == made["schedule"]["steps"]
+    assert {"held_out_en", "held_out_zh", "unseen_en", "unseen_zh"} <= set(made["scores"])
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_committed_models_give_the_same_greedy_tokens_here_and_in_transformers(name: str) -> None:
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForCausalLM
+
+    from mini_deepinfer.core.engine import EngineConfig
+    from mini_deepinfer.core.request import SamplingParams
+    from mini_deepinfer.models.loader import load_checkpoint
+    from mini_deepinfer.runtime.factory import build_engine
+    from mini_deepinfer.runtime.text import TextTokenizer
+
+    torch.set_num_threads(1)
+    folder = TRAINED / name
+    tokenizer = TextTokenizer.from_file(folder / "tokenizer.json")
+    reference = Qwen3_5ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ours = load_checkpoint(folder, torch.float32).model
+    for prompt in ("ACT II.\nScene I. A Room in the Castle.\n", "春望\n杜甫\n"):
+        ids = tokenizer.encode(prompt)
+        engine = build_engine(ours, EngineConfig(kv_capacity=64), batching=False)
+        engine.submit("r", ids, SamplingParams(max_new_tokens=12, ignore_eos=True))
+        engine.run()
+        expected = greedy_reference(reference, ids, 12)
+        assert engine.requests["r"].output_token_ids == expected
+
+
+@torch.no_grad()
+def greedy_reference(model, ids: list[int], count: int) -> list[int]:
+    """transformers' model, the whole sequence each step (no cache), argmax of the last position."""
+    ids = list(ids)
+    for _ in range(count):
+        ids.append(int(model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1].argmax()))
+    return ids[-count:]
+
+
+def test_every_twentieth_document_is_held_out() -> None:
+    documents = [str(i) for i in range(45)]
+    train, held = split(documents)
+    assert held == [str(HELD_OUT_EVERY - 1), str(2 * HELD_OUT_EVERY - 1)]
+    assert sorted(train + held, key=int) == documents
+
+
+def test_a_poem_is_its_title_author_and_lines() -> None:
+    poem = {"title": "春望", "author": "杜甫", "paragraphs": ["国破山河在，城春草木深。", " "]}
+    assert poem_text(poem) == "春望\n杜甫\n国破山河在，城春草木深。"
+
+
+def test_bits_per_char_count_characters_not_bytes() -> None:
+    tokenizer = tm.train_tokenizer(["帝京 abc"] * 3, vocab_size=300)
+    chars = tm.token_chars(tokenizer)
+    ids = tokenizer.encode("帝京 abc").ids
+    assert sum(chars[i] for i in ids) == len("帝京 abc")
+    assert chars[tokenizer.token_to_id("<|endoftext|>")] == 0
