@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from site_scripts.common import SNIPPETS, read_json
 from site_scripts.gen_generate import run_example
+from site_scripts.zh_tables import translate
 
 BENCH_JSON = SNIPPETS / "bench" / "prefix-cpu.json"
 COMMAND = """\
@@ -60,4 +61,5 @@ OUTPUTS = {
     "prefix-cache/run.txt": lambda: run_example(COMMAND),
     "prefix-cache/memory.md": memory_table,
     "bench/prefix-cpu.md": bench_table,
+    "bench/prefix-cpu.zh.md": lambda: translate(bench_table()),
 }

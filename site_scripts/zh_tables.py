@@ -51,6 +51,12 @@ HEAD = {  # table head cells
     "eager": "eager",
     "graph path, per layer": "图路径，每层",
     "graph path": "图路径",
+    "TTFT median ms": "首 token 时间中位数（毫秒）",
+    "TTFT request 1 ms": "第 1 条请求的首 token 时间（毫秒）",
+    "TTFT requests 2-8 ms": "第 2–8 条请求的首 token 时间（毫秒）",
+    "prompt tokens computed": "实际计算的 prompt token",
+    "reused": "复用的 token",
+    "wall s": "总用时（秒）",
 }
 ROUND_KEYS = {  # the rounds report's summary keys -> what they measure
     "run_wall_ms": "整次运行的墙钟时间",
@@ -68,6 +74,10 @@ ROUND_KEYS = {  # the rounds report's summary keys -> what they measure
     "finish_ms": "全部结束",
 }
 LABELS = {  # row labels without a number
+    "shared off": "共享系统 prompt，前缀缓存关",
+    "shared on": "共享系统 prompt，前缀缓存开",
+    "unshared off": "不共享，前缀缓存关",
+    "unshared on": "不共享，前缀缓存开",
     "plain": "普通 decode",
     "peak device memory (GiB)": "设备内存峰值（GiB）",
     "peak resident memory (GiB)": "常驻内存峰值（GiB）",
@@ -125,6 +135,9 @@ DESCRIBE_KEYS = {  # the provenance line's keys
     "new_tokens": "新 token",
     "date": "日期",
     "load_1m": "1 分钟平均负载",
+    "8 requests of 1024+32 prompt tokens": "8 条请求、每条 prompt 为 1024+32 个 token",
+    "block": "块大小",
+    "commit": "提交",
 }
 DESCRIBE_NUMBERS = {"repeats": "{} 次", "new_tokens": "每条 {} 个", "prompt": "{} 个 token"}  # a bare number
 DESCRIBE_VALUES = [
@@ -154,6 +167,8 @@ LINES = [  # whole lines outside the tables
      lambda m: f"`tokens_identical={m[1]}`（{m[2]} 次运行：{SAME[m[3]]}）"),
     (r"^`tokens_identical=(true|false)`, `slots_returned=(true|false)` \((\d+) runs\)$",
      r"`tokens_identical=\1`，`slots_returned=\2`（\3 次运行）"),
+    (r"^`tokens_identical=(true|false)`, `slots_returned=(true|false)`$",
+     r"`tokens_identical=\1`，`slots_returned=\2`"),
     (r"^`tokens_agree=true` \(greedy, every measurement\)$",
      "`tokens_agree=true`（greedy，每一项测量都一致）"),
     (r"^`tokens_agree=false` \(greedy; per measurement: (.*)\)$",
