@@ -74,9 +74,10 @@ snippets: $(STAMP)
 serve: snippets $(PYODIDE_STAMP)
 	$(BIN)/python -m mkdocs serve -a 127.0.0.1:8000
 
-# The suite runs on two workers (pytest-xdist). The scheduler in tests/conftest.py keeps a file's tests on one
-# worker and the session's shared work (one regeneration of snippets/, one site build) on one worker each, so
-# nothing is made twice. The 15 slowest tests are listed at the end of every run.
+# The suite runs on two workers (pytest-xdist). The scheduler in tests/conftest.py sends each unit of work whole
+# to one worker: a file's tests, or the session's shared work (the site build, each of three parts of the
+# regeneration of snippets/) with the tests that read it, so nothing is made twice. A third worker on two cores
+# made the suite slower (on a 2-core AMD EPYC its CPU time rose by a quarter). The 15 slowest tests end a run.
 PYTEST_WORKERS := -n 2 --durations=15
 
 test: setup

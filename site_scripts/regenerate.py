@@ -24,7 +24,7 @@ Usage::
     python -m site_scripts.regenerate              # write every output that changed (machine-dependent
                                                    # outputs written on another machine are left as they are)
     python -m site_scripts.regenerate --check      # write nothing; exit 1 listing stale or missing files
-    python -m site_scripts.regenerate --only toy   # only site_scripts/gen_toy.py
+    python -m site_scripts.regenerate --only toy   # only site_scripts/gen_toy.py (``--only toy,abc``: two)
 
 Each generator prints one progress line on stderr as it finishes (``[3/21] gen_toy: 4 files, 1.2 s``), so a
 first ``make serve`` shows what it is doing. Two options serve the tests, which render every snippet once per
@@ -53,14 +53,16 @@ Generator = Callable[[], str]
 
 
 def generator_names(only: str | None = None) -> list[str]:
-    """Module names (``gen_*``) of the generators, sorted; ``only`` picks one by ``toy`` or ``gen_toy``."""
+    """Module names (``gen_*``) of the generators, sorted; ``only`` picks some by name (``toy`` or
+    ``gen_toy``), several separated by commas (``toy,abc``)."""
     names = sorted(path.stem for path in (ROOT / PACKAGE).glob("gen_*.py"))
     if only is None:
         return names
-    wanted = only if only.startswith("gen_") else f"gen_{only}"
-    if wanted not in names:
-        raise GeneratorError(f"no generator {wanted!r}; known: {', '.join(names) or 'none'}")
-    return [wanted]
+    wanted = [name if name.startswith("gen_") else f"gen_{name}" for name in only.split(",")]
+    unknown = [name for name in wanted if name not in names]
+    if unknown:
+        raise GeneratorError(f"no generator {unknown[0]!r}; known: {', '.join(names) or 'none'}")
+    return sorted(set(wanted))
 
 
 def _check_relative(path: str, module: str) -> None:
@@ -242,7 +244,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Regenerate snippets/ from the site_scripts/gen_*.py generators.",
     )
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
-    parser.add_argument("--only", metavar="NAME", help="run one generator (gen_NAME.py)")
+    parser.add_argument("--only", metavar="NAME",
+                        help="run only this generator (gen_NAME.py); several: NAME,NAME")
     parser.add_argument("--save", metavar="FILE", help="also write the rendered texts to FILE (JSON)")
     parser.add_argument("--from", dest="source", metavar="FILE",
                         help="take the texts from a file --save wrote instead of running the generators")

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Idle OpenMP threads sleep instead of spinning, in this process, the test workers and every command
+    they run (they inherit the environment; torch reads it when it is first imported, after this hook).
+
+    Two test workers each run torch with a thread per core on a two-core machine. GNU OpenMP's default is to
+    spin a waiting thread for a while, and that spinning takes the core the other worker needs: with
+    ``OMP_WAIT_POLICY=PASSIVE`` the model tests take about 30 % less time and CPU. It changes when a thread
+    waits, not what any thread computes, so every result is the same. A value already set is kept.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
@@ -54,11 +69,26 @@ def no_network(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def regeneration(tmp_path_factory):
-    """Every snippet generator run once, in a copy of the working tree (``session_builds.Regeneration``)."""
+def regeneration(request, tmp_path_factory):
+    """One part of the snippet generators run once, in a copy of the working tree: a test that reads it runs
+    once per part (``session_builds.REGENERATION_PARTS``, ``session_builds.Regeneration``)."""
     from session_builds import regenerate_once
 
-    return regenerate_once(tmp_path_factory.mktemp("regeneration"))
+    return regenerate_once(tmp_path_factory.mktemp(f"regeneration-{request.param}"), request.param)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that reads ``regeneration`` runs for every part, or with ``@pytest.mark.regenerates("NAME")``
+    only for the part that holds generator NAME."""
+    if "regeneration" not in metafunc.fixturenames:
+        return
+    from session_builds import REGENERATION_PARTS, regeneration_part
+
+    parts = list(REGENERATION_PARTS)
+    mark = metafunc.definition.get_closest_marker("regenerates")
+    if mark is not None:
+        parts = [part for part in parts if mark.args[0] in regeneration_part(part)]
+    metafunc.parametrize("regeneration", parts, indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +102,8 @@ def hosted(tmp_path_factory):
 # -- pytest-xdist: which tests share a worker ----------------------------------------------------------------
 
 # The files whose tests read one of the session's shared builds: all of a build's readers run on the worker
-# that made it, so it is made once. Each is the longest single piece of work in the suite: they go out first.
+# that made it, so it is made once (a part of the regeneration is a build of its own: the test's parameter
+# names it). Each is among the longest pieces of work in the suite: they go out first.
 SHARED_BUILDS = {"hosted": "site", "regeneration": "regeneration"}  # session fixture -> its unit of work
 SHARED_BUILD_FILES = {
     "tests/test_site_build.py": "site", "tests/test_browser.py": "site", "tests/test_line_widths.py": "site",
@@ -81,14 +112,19 @@ SHARED_BUILD_FILES = {
 }
 
 
+# Files whose tests share nothing (no module-scoped fixture) and take long: each test is a unit of its own.
+ONE_TEST_A_UNIT = {"tests/test_exercises.py"}
+
+
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: its shared build's, the pages' code blocks' (one unit, since a
-    command shown on several pages runs once per worker: the root ``conftest.py``), else its own file's, so
-    a module-scoped fixture (a checkpoint, a ``mike`` deployment) is made on one worker only."""
+    """The unit of work a test belongs to: its shared build's (one per part of the regeneration), its own
+    where its file is in :data:`ONE_TEST_A_UNIT`, else its file's (a page's code blocks are a file's tests),
+    so a module-scoped fixture (a checkpoint, a ``mike`` deployment) is made on one worker only."""
     path = nodeid.split("::", 1)[0]
     if path in SHARED_BUILD_FILES:
-        return SHARED_BUILD_FILES[path]
-    return "pages" if path.startswith("docs/") else path
+        part = re.search(r"\[(\w+)\]$", nodeid) if SHARED_BUILD_FILES[path] == "regeneration" else None
+        return SHARED_BUILD_FILES[path] + (f"[{part[1]}]" if part else "")
+    return nodeid if path in ONE_TEST_A_UNIT else path
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -98,18 +134,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     for item in items:
         for fixture, unit in SHARED_BUILDS.items():
-            if fixture in getattr(item, "fixturenames", ()) and work_unit(item.nodeid) != unit:
+            if fixture in getattr(item, "fixturenames", ()) and not work_unit(item.nodeid).startswith(unit):
                 raise pytest.UsageError(f"{item.nodeid} reads the {fixture!r} build: add its file to "
                                         f"SHARED_BUILD_FILES in tests/conftest.py, or it is built twice")
     first = list(SHARED_BUILDS.values())
 
     def rank(item: pytest.Item) -> int:
-        unit = work_unit(item.nodeid)
+        unit = work_unit(item.nodeid).split("[", 1)[0]
         return first.index(unit) if unit in first else len(first)
 
     items.sort(key=rank)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest -p no:xdist runs without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Send each unit of work (:func:`work_unit`) whole to one worker, in collection order.
 

@@ -2,7 +2,8 @@
 
 Scope: a copy of the working tree as a one-commit git repository (tracked files and untracked ones that git
 does not ignore: what a clean clone of a commit of this tree would hold), one run of every snippet generator
-in it (:func:`regenerate_once`), and one build of the site the way the publishing workflow builds it
+in such copies (:func:`regenerate_once`, in the parts of :data:`REGENERATION_PARTS`, so that two test
+workers can share the work), and one build of the site the way the publishing workflow builds it
 (:func:`build_hosted`). ``tests/conftest.py`` turns each into a session fixture, and sends every test that
 uses one of them to the same pytest-xdist worker, so neither is made twice. Non-scope: what the tests then
 check (``test_snippets_current.py``, ``test_regenerate_clean.py``, ``test_site_build.py``,
@@ -66,32 +67,57 @@ def repository_of_working_tree(repo: Path) -> Path:
     return repo
 
 
+REGENERATION_PARTS: dict[str, tuple[str, ...] | None] = {
+    "reliability": ("reliability",),  # some 45 commands, each a fresh Python: the longest generator
+    "generate": ("generate", "abc", "kernels"),
+    "rest": None,  # every generator that no other part names, so that a new one is never left out
+}
+"""The generators run once per test session, split into parts of about equal time (on two CPU cores about
+80, 70 and 95 s); each part is one unit of work for a test worker (``tests/conftest.py``)."""
+
+
+def regeneration_part(part: str) -> list[str]:
+    """The generator names (``toy``, not ``gen_toy``) of ``part`` of :data:`REGENERATION_PARTS`."""
+    from site_scripts.regenerate import generator_names
+
+    every = [name.removeprefix("gen_") for name in generator_names()]
+    named = [name for names in REGENERATION_PARTS.values() if names for name in names]
+    chosen = REGENERATION_PARTS[part]
+    return list(chosen) if chosen is not None else [name for name in every if name not in named]
+
+
 @dataclass(frozen=True)
 class Regeneration:
-    """One ``regenerate --check --save`` run over a copy of the working tree.
+    """One ``regenerate --check --save`` run of some generators over a copy of the working tree.
 
     Attributes:
+        part: which of :data:`REGENERATION_PARTS` ran.
+        generators: their names, as ``--only`` takes them (``toy,abc``).
         repo: the copy (a git repository, one commit, nothing else in it).
         texts: the file ``--save`` wrote: every rendered snippet, path -> text.
         returncode: the check's exit code (0: every snippet current, every claim holding).
         report: what the check printed (stale files with their diffs; what was not compared, and why).
     """
 
+    part: str
+    generators: str
     repo: Path
     texts: Path
     returncode: int
     report: str
 
 
-def regenerate_once(folder: Path) -> Regeneration:
-    """Run every generator once, in a copy of the working tree made under ``folder``."""
+def regenerate_once(folder: Path, part: str) -> Regeneration:
+    """Run the generators of ``part`` once, in a copy of the working tree made under ``folder``."""
     repo = repository_of_working_tree(folder / "tree")
     texts = folder / "texts.json"
+    generators = ",".join(regeneration_part(part))
     proc = subprocess.run(
-        [sys.executable, "-m", "site_scripts.regenerate", "--check", "--save", str(texts)],
+        [sys.executable, "-m", "site_scripts.regenerate", "--check", "--only", generators,
+         "--save", str(texts)],
         cwd=repo, capture_output=True, text=True, timeout=REGENERATE_TIMEOUT_S,
     )
-    return Regeneration(repo, texts, proc.returncode, proc.stdout + proc.stderr[-3000:])
+    return Regeneration(part, generators, repo, texts, proc.returncode, proc.stdout + proc.stderr[-3000:])
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ Scope: ``site_scripts/regenerate.py`` in write mode. Output whose digits depend 
 (``MACHINE_DEPENDENT``, the BF16 note's half-precision sums) is left as committed when this machine differs
 from the one that wrote it: only the machine differs there, not the code. The slow tests write, in a clone of
 a copy of the working tree, what the session's one run of every generator rendered (the ``regeneration``
-fixture, ``regenerate --from``), and check ``git status --porcelain``. Non-scope: whether the snippets are
-current (``test_snippets_current.py``) and what they say (their generators).
+fixture, one part at a time: ``regenerate --from FILE --only NAMES``), and check ``git status
+--porcelain``. Non-scope: whether the snippets are current (``test_snippets_current.py``) and what they say
+(their generators).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def write_rendered(regeneration: Regeneration, repo: Path, *args: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.regenerates("bf16")
 def test_regenerating_bf16_written_on_another_machine_leaves_a_clone_clean(
     regeneration: Regeneration, tmp_path: Path
 ) -> None:
@@ -79,6 +81,7 @@ def test_regenerating_bf16_written_on_another_machine_leaves_a_clone_clean(
 
 @pytest.mark.slow
 def test_regenerating_everything_leaves_a_clone_clean(regeneration: Regeneration, tmp_path: Path) -> None:
+    """Run for each part of the session's regeneration: together, every generator."""
     repo = clone(regeneration, tmp_path)
-    write_rendered(regeneration, repo)
+    write_rendered(regeneration, repo, "--only", regeneration.generators)
     assert git(repo, "status", "--porcelain") == ""

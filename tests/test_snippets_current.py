@@ -1,10 +1,10 @@
 """The generated files under snippets/ are current: regenerating them changes nothing.
 
 Scope: running every generator of ``site_scripts/gen_*.py`` (``python -m site_scripts.regenerate
---check``, once per test session in a copy of the working tree: the ``regeneration`` fixture) and comparing
-with the files the pages include; digits that depend on the CPU's kernels are compared only on the machine
-that wrote them, and the pages' claims about them everywhere. Non-scope: what the generators write (their
-owners test that).
+--check``, once per test session in copies of the working tree, in parts that two workers share: the
+``regeneration`` fixture) and comparing with the files the pages include; digits that depend on the CPU's
+kernels are compared only on the machine that wrote them, and the pages' claims about them everywhere.
+Non-scope: what the generators write (their owners test that).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from session_builds import Regeneration
+from session_builds import REGENERATION_PARTS, Regeneration, regeneration_part
 
 from site_scripts import regenerate
 from site_scripts.common import MachineDependent
@@ -20,7 +20,16 @@ from site_scripts.common import MachineDependent
 
 @pytest.mark.slow
 def test_regenerating_snippets_changes_nothing(regeneration: Regeneration) -> None:
-    assert regeneration.returncode == 0, f"stale snippets; run `make snippets`:\n{regeneration.report}"
+    """Run for each part of the session's regeneration: together, every generator."""
+    assert regeneration.returncode == 0, (
+        f"stale snippets from {regeneration.generators}; run `make snippets`:\n{regeneration.report}")
+
+
+def test_the_regeneration_parts_run_every_generator_once() -> None:
+    parts = [regeneration_part(part) for part in REGENERATION_PARTS]
+    every = [name.removeprefix("gen_") for name in regenerate.generator_names()]
+    assert sorted(name for names in parts for name in names) == every
+    assert all(parts), "a part with no generator"
 
 
 def _group(claims: list[str]) -> MachineDependent:
