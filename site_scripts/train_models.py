@@ -5,21 +5,24 @@ Usage::
     python -m site_scripts.train_models                # fetch the corpora, train, write trained/
     python -m site_scripts.train_models --smoke OUT    # a few steps of every stage, into OUT
 
-One command, run once by hand (not by ``make test`` or ``make serve``; about an hour on one CPU thread):
+One command, run once by hand (not by ``make test`` or ``make serve``; about an hour on two CPU threads):
 
 1. fetch and split the corpora (``corpora.py``);
 2. train a byte-level BPE tokenizer (``tokenizers``) on the training text of both languages, with Qwen's
    pre-tokenizer pattern and its special tokens ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>``;
 3. train the target (both layer kinds) on next-token loss;
-4. round the target to bfloat16, then distil the draft from its logits (KL divergence), and train a second
-   draft of the same shape on the corpus alone, to measure what distillation adds;
+4. round the target to bfloat16, let it continue openings of the training text greedily (its own text, the
+   kind a draft must predict at decode time), then distil the draft from its logits (KL divergence) on
+   batches that are half training text, half the target's text; and train a second draft of the same shape
+   on the corpus alone, to measure what distillation adds;
 5. write each model in the Hugging Face layout (``config.json``, ``model.safetensors``,
    ``generation_config.json``, ``tokenizer.json``, ``tokenizer_config.json`` with a chat template) and a
    training record ``training.json`` beside it.
 
 The models are transformers' ``Qwen3_5ForCausalLM``: the engine's own model runs without autograd (its
-kernels write their outputs in place), so it cannot take a backward pass. Training is deterministic: one
-thread, seeded initialisation and a seeded, fixed order of training windows.
+kernels write their outputs in place), so it cannot take a backward pass. Training is deterministic for a
+given number of threads (``THREADS``, recorded): seeded initialisation and a seeded, fixed order of training
+windows.
 
 Non-scope: measuring generation and speculative acceptance with the engine (``measure_trained``).
 """
@@ -51,7 +54,9 @@ RUN_CACHE = ROOT / ".cache" / "train-run"
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 VOCAB_SIZE = 4096
 SEQ_LEN = 256
-BATCH = 8
+BATCH = 16
+THREADS = 2  # both cores of the machines this runs on; the record says how many were used
+PROMPT_TOKENS = 33  # an opening of training text that the target continues to a window of SEQ_LEN + 1
 SEED = 20260
 LOG_EVERY = 10
 DRAFTS = ("draft", "draft-corpus-only")  # distilled from the target; trained on the corpus alone
@@ -191,6 +196,48 @@ class Windows:
             self.positions[i] += take
             rows += [stream[s: s + self.seq_len + 1] for s in chosen.tolist()]
         return torch.stack(rows)
+
+
+class MixedWindows:
+    """Half of each batch from ``corpus`` (training windows), half from ``generated`` (rows of the target's
+    own text, in a seeded order, a new one after each pass)."""
+
+    def __init__(self, corpus: Windows, generated: torch.Tensor, seed: int) -> None:
+        self.corpus, self.generated = corpus, generated
+        self.generator = torch.Generator().manual_seed(seed)
+        self.order, self.position = torch.randperm(len(generated), generator=self.generator), 0
+
+    def batch(self, size: int) -> torch.Tensor:
+        take = size // 2
+        if self.position + take > len(self.order):
+            self.order, self.position = torch.randperm(len(self.generated), generator=self.generator), 0
+        rows = self.generated[self.order[self.position: self.position + take]]
+        self.position += take
+        return torch.cat([self.corpus.batch(size - take), rows])
+
+
+@torch.no_grad()
+def target_text(target, streams: dict[str, torch.Tensor], count: int, seed: int, batch: int = 64
+                ) -> torch.Tensor:
+    """``[count, SEQ_LEN + 1]``: the target's greedy continuations of ``count`` openings of
+    ``PROMPT_TOKENS`` training tokens at seeded places, as many from each language.
+
+    A draft is asked, at decode time, to predict the target's own text; training it on some of that text
+    (sequence-level distillation, as production drafts are trained) teaches it where the target goes, not
+    only where the corpus goes. ``min_new_tokens`` keeps every row full length (no early stop at
+    ``<|endoftext|>``).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    new_tokens = SEQ_LEN + 1 - PROMPT_TOKENS
+    rows = []
+    for stream in streams.values():
+        starts = torch.randint(0, len(stream) - PROMPT_TOKENS, (count // len(streams),), generator=generator)
+        openings = torch.stack([stream[s: s + PROMPT_TOKENS] for s in starts.tolist()])
+        for chunk in openings.split(batch):
+            rows.append(target.generate(chunk, attention_mask=torch.ones_like(chunk), do_sample=False,
+                                        max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                        pad_token_id=target.config.pad_token_id))
+    return torch.cat(rows)
 
 
 def next_token_loss(model, x: torch.Tensor) -> torch.Tensor:
@@ -381,10 +428,11 @@ class Plan:
     eval_tokens: int
     final_eval_tokens: int
     eval_every: int
+    generated_rows: int  # windows of the target's own text for distilling the draft
 
 
-FULL = Plan(Schedule(850, 3e-3, 50), Schedule(200, 3e-3, 20), 8192, 32768, 100)
-SMOKE = Plan(Schedule(6, 2e-3, 2), Schedule(4, 3e-3, 2), 1024, 2048, 3)
+FULL = Plan(Schedule(2400, 3e-3, 100), Schedule(1200, 3e-3, 60), 8192, 32768, 300, 768)
+SMOKE = Plan(Schedule(6, 2e-3, 2), Schedule(4, 3e-3, 2), 1024, 2048, 3, 4)
 
 
 def prepare(limit_docs: int | None = None):
@@ -414,7 +462,7 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
     """Every stage; with ``drafts_only`` only the ``drafts`` named, the target read from ``output/target``
     (as written by an earlier run: a draft then learns from exactly the weights it would have learnt from in
     one run, and the corpus-only draft, which does not read the target, can train beside the target)."""
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     started, commit = time.perf_counter(), git_commit()  # the code that trains
     corpus, tokenizer, streams, held, unseen = prepare(limit_docs)
     chars = token_chars(tokenizer)
@@ -449,12 +497,24 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
 
     draft_config = model_config(DRAFT_SHAPE, tokenizer.get_vocab_size(), eos)
     for name in drafts:
-        loss_fn = distillation_loss(target) if name == "draft" else next_token_loss
+        windows = Windows(streams, seed + 1)
+        if name == "draft":
+            generating = time.perf_counter()
+            generated = target_text(target, streams, plan.generated_rows, seed + 2)
+            print(f"target text: {tuple(generated.shape)} in {time.perf_counter() - generating:.0f} s",
+                  flush=True)
+            windows, loss_fn = MixedWindows(windows, generated, seed + 3), distillation_loss(target)
+        else:
+            loss_fn = next_token_loss
         draft = new_model(draft_config, seed + 1)
-        draft_run = train(draft, Windows(streams, seed + 1), plan.draft, loss_fn, name, evaluate,
-                          plan.eval_every)
+        draft_run = train(draft, windows, plan.draft, loss_fn, name, evaluate, plan.eval_every)
         draft = bf16_copy(draft)
         record = base_record(corpus, draft_config, seed + 1, plan.draft, commit)
+        if name == "draft":
+            record["schedule"]["mix"] = (
+                f"half training windows (half English, half Chinese), half the bfloat16 target's greedy "
+                f"continuations of {plan.generated_rows} training-text openings of {PROMPT_TOKENS} tokens "
+                f"(seed {seed + 2}, as many per language)")
         record.update(parameters=sum(p.numel() for p in draft.parameters()), training=draft_run,
                       objective=("KL(target || draft) over the vocabulary, from the bfloat16 target's logits"
                                  if name == "draft" else "next-token cross-entropy (the corpus alone)"),
@@ -497,7 +557,7 @@ def check_against_record(folder: Path, steps: int) -> int:
     by more than 2 %.
     """
     made = json.loads((folder / "training.json").read_text(encoding="utf-8"))
-    torch.set_num_threads(1)
+    torch.set_num_threads(made["threads"])  # the same reductions in the same order as the recorded run
     _, tokenizer, streams, _, _ = prepare()
     scratch = RUN_CACHE / "check-tokenizer.json"
     scratch.parent.mkdir(parents=True, exist_ok=True)
