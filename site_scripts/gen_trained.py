@@ -91,6 +91,34 @@ def models_table() -> str:
     return "\n".join([note, "", *_table(header, rows)]) + "\n"
 
 
+# --8<-- [start:targets]
+QUALITY_TARGETS = (  # (what, where in the records, at most / at least, threshold)
+    ("held-out English, bits per character", ("target", "held_out_en"), "at most", 1.8),
+    ("held-out Chinese, bits per character", ("target", "held_out_zh"), "at most", 6.7),
+    ("English, draft tokens accepted per round (width 4, greedy)", ("widths", "en"), "at least", 2.0),
+    ("Chinese, draft tokens accepted per round (width 4, greedy)", ("widths", "zh"), "at least", 2.0),
+)
+# --8<-- [end:targets]
+
+
+def target_values() -> list[tuple[str, str, float, float, bool]]:
+    """Each quality target with the measured value: (what, bound, threshold, value, met)."""
+    scores, widths = record("target")["scores"], measurements()["widths"]
+    found = []
+    for what, (where, key), bound, threshold in QUALITY_TARGETS:
+        value = scores[key]["bits_per_char"] if where == "target" else widths[key]["4"]["accepted_per_round"]
+        met = value <= threshold if bound == "at most" else value >= threshold
+        found.append((what, bound, threshold, value, met))
+    return found
+
+
+def targets_table() -> str:
+    """The quality the models were trained for against what the records measured."""
+    rows = [[what, f"{bound} {threshold}", f"{value:.2f}", "yes" if met else "**no**"]
+            for what, bound, threshold, value, met in target_values()]
+    return "\n".join(_table(["figure", "target", "measured", "met"], rows)) + "\n"
+
+
 def corpora_table() -> str:
     """Each corpus: package, version, licence, SHA-256, and what it is used for."""
     made = record("target")
@@ -181,12 +209,89 @@ def repetition_table() -> str:
     return "\n".join(_table(header, rows)) + "\n"
 
 
+# Sentences under the tables, in both languages, written from the same numbers (never typed by hand).
+def _per_round(table: dict[str, Any], lang: str, key: str) -> str:
+    return f"{table[lang][key]['accepted_per_round']:.2f}"
+
+
+def widths_summary(zh: bool = False) -> str:
+    w = measurements()["widths"]
+    one = {lang: f"{w[lang]['1']['acceptance']:.0%}" for lang in LANGUAGES}
+    four = {lang: _per_round(w, lang, "4") for lang in LANGUAGES}
+    eight = {lang: _per_round(w, lang, "8") for lang in LANGUAGES}
+    if zh:
+        return (f"宽度 1 时，草稿的 token 在英文里有 {one['en']} 被接受，中文里有 {one['zh']}；"
+                f"宽度 4 时每轮平均接受 {four['en']}（英文）和 {four['zh']}（中文）个候选，"
+                f"宽度 8 时是 {eight['en']} 和 {eight['zh']}。\n")
+    return (f"At width 1 the draft's token is accepted {one['en']} of the time in English and {one['zh']} in "
+            f"Chinese; at width 4 a round accepts {four['en']} (English) and {four['zh']} (Chinese) draft "
+            f"tokens on average, at width 8 {eight['en']} and {eight['zh']}.\n")
+
+
+def drafts_summary(zh: bool = False) -> str:
+    d = measurements()["drafts"]
+    got = {name: {lang: _per_round(d, lang, name) for lang in LANGUAGES} for name in d["en"]}
+    names = list(got)
+    if zh:
+        parts = "，".join(f"{ZH_DRAFTS.get(n, n)}草稿 {got[n]['en']} 和 {got[n]['zh']}" for n in names)
+        return f"宽度 4、greedy，每轮平均接受的候选数（英文和中文）：{parts}。\n"
+    parts = ", ".join(f"the {n.replace(' ', '-')} draft {got[n]['en']} and {got[n]['zh']}" for n in names)
+    return f"Draft tokens accepted per round at width 4, greedy (English and Chinese): {parts}.\n"
+
+
+ZH_DRAFTS = {"distilled": "蒸馏的", "corpus only": "只用语料训练的", "random": "随机的"}
+
+
+def temperatures_summary(zh: bool = False) -> str:
+    t = measurements()["temperatures"]
+    keys = list(t["en"])
+    greedy, sampled = keys[0], keys[1:]
+    def words(lang: str) -> str:
+        return ", ".join(f"{_per_round(t, lang, k)} at {k}" for k in sampled)
+    def compare(lang: str) -> bool:
+        return all(t[lang][k]["accepted_per_round"] > t[lang][greedy]["accepted_per_round"] for k in sampled)
+    more = all(compare(lang) for lang in LANGUAGES)
+    if zh:
+        per = "；".join(f"{'英文' if lang == 'en' else '中文'}：greedy {_per_round(t, lang, greedy)}，"
+                       + "，".join(f"温度 {k} 为 {_per_round(t, lang, k)}" for k in sampled)
+                       for lang in LANGUAGES)
+        verdict = "两种语言里按温度采样都比 greedy 接受得多" if more else "按温度采样并不总比 greedy 接受得多"
+        return f"每轮平均接受的候选数，{per}。{verdict}。\n"
+    per = "; ".join(f"{LANGUAGES[lang]}: {_per_round(t, lang, greedy)} greedy, {words(lang)}"
+                    for lang in LANGUAGES)
+    verdict = ("in both languages sampling accepts more than greedy decoding" if more else
+               "sampling does not always accept more than greedy decoding")
+    return f"Draft tokens accepted per round ({per}): {verdict}.\n"
+
+
+def speed_summary(zh: bool = False) -> str:
+    m = measurements()
+    ratio = {lang: m["speed"][lang]["speculative k=4"]["wall_s"] / m["speed"][lang]["plain"]["wall_s"]
+             for lang in LANGUAGES}
+    faster = all(r < 1 for r in ratio.values())
+    slower = all(r > 1 for r in ratio.values())
+    if zh:
+        verdict = "比普通解码快" if faster else "比普通解码慢" if slower else "一种语言快、一种慢"
+        return (f"在这块 CPU（{m['cpu']}，{m['threads']} 个线程）上，宽度 4 的投机解码用时是普通解码的 "
+                f"{ratio['en']:.2f} 倍（英文）和 {ratio['zh']:.2f} 倍（中文）：{verdict}。\n")
+    verdict = "faster than plain decoding" if faster else "slower than plain decoding" if slower else \
+        "faster in one language and slower in the other"
+    return (f"On this CPU ({m['cpu']}, {m['threads']} thread{'s' if m['threads'] > 1 else ''}) speculative "
+            f"decoding at width 4 takes {ratio['en']:.2f} times the time of plain decoding in English and "
+            f"{ratio['zh']:.2f} times in Chinese: it is {verdict}.\n")
+
+
 def _command(path: str) -> Callable[[], str]:
     return lambda: run_shell(COMMANDS[path])
 
 
 OUTPUTS: dict[str, Callable[[], str]] = {
     "trained/models.md": models_table,
+    "trained/targets.md": targets_table,
+    **{f"trained/{name}-summary{suffix}.md": (lambda f=f, zh=zh: f(zh))
+       for name, f in (("widths", widths_summary), ("drafts", drafts_summary),
+                       ("temperatures", temperatures_summary), ("speed", speed_summary))
+       for suffix, zh in (("", False), (".zh", True))},
     "trained/corpora.md": corpora_table,
     "trained/widths.md": widths_table,
     "trained/temperatures.md": temperatures_table,

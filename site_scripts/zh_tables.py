@@ -167,6 +167,10 @@ LINES = [  # whole lines outside the tables
      lambda m: f"`tokens_identical={m[1]}`（{m[2]} 次运行：{SAME[m[3]]}）"),
     (r"^`tokens_identical=(true|false)`, `slots_returned=(true|false)` \((\d+) runs\)$",
      r"`tokens_identical=\1`，`slots_returned=\2`（\3 次运行）"),
+    (r"^`shared: requests 2-8 reach their first token ([\d.]+)x sooner with the cache; unshared: the cache "
+     r"changes the run's wall time by ([+-][\d.]+) %`$",
+     r"`共享前缀：开缓存时，第 2–8 条请求拿到首 token 的速度是关缓存时的 \1 倍；"
+     r"不共享：缓存使整次运行的用时变化 \2 %`"),
     (r"^`tokens_identical=(true|false)`, `slots_returned=(true|false)`$",
      r"`tokens_identical=\1`，`slots_returned=\2`"),
     (r"^`tokens_agree=true` \(greedy, every measurement\)$",

@@ -119,3 +119,14 @@ def text_table(rows: list[tuple[str, ...]]) -> list[str]:
     """Rows (the first is the header) as left-aligned columns separated by two spaces."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def markdown_table(describe_line: str, header: tuple[str, ...], rows: list[tuple[str, ...]],
+                   checks: dict[str, Any]) -> list[str]:
+    """A report as the site shows it: its description in code style, the table (first column left-aligned,
+    the others right-aligned), then its ``tokens_identical`` and ``slots_returned`` checks."""
+    lines = [f"`{describe_line}`", "", "| " + " | ".join(header) + " |",
+             "|---" + "|---:" * (len(header) - 1) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + ["", f"`tokens_identical={str(checks['tokens_identical']).lower()}`, "
+                    f"`slots_returned={str(checks['slots_returned']).lower()}`"]

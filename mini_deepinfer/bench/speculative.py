@@ -304,12 +304,8 @@ def format_table(report: dict[str, Any]) -> str:
 
 def format_markdown(report: dict[str, Any]) -> str:
     """The same table in Markdown, for the site (rendered from a committed JSON file)."""
-    lines = [f"`{describe(report)}`", "", "| " + " | ".join(HEADER) + " |",
-             "|---" + "|---:" * (len(HEADER) - 1) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
-    checks = report["checks"]
-    lines += ["", f"`tokens_identical={str(checks['tokens_identical']).lower()}`, "
-              f"`slots_returned={str(checks['slots_returned']).lower()}` ({checks['runs_compared']} runs)"]
+    lines = common.markdown_table(describe(report), HEADER, table_rows(report), report["checks"])
+    lines[-1] += f" ({report['checks']['runs_compared']} runs)"
     return "\n".join(lines) + "\n"
 
 
