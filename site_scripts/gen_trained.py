@@ -281,6 +281,29 @@ def speed_summary(zh: bool = False) -> str:
             f"{ratio['zh']:.2f} times in Chinese: it is {verdict}.\n")
 
 
+ZH_KINDS = {"word start": "词首", "word piece": "词的后半", "line end": "换行", "punctuation": "标点",
+            "Chinese": "汉字", "space": "空格"}
+
+
+def agreement_summary(zh: bool = False) -> str:
+    """Per language, the token kinds from the one the draft gets right most often to the least (kinds seen
+    at least 10 times)."""
+    by_kind = measurements()["agreement_by_kind"]
+    parts = []
+    for lang, name in LANGUAGES.items():
+        kinds = sorted(((k, v) for k, v in by_kind[lang].items() if v["tokens"] >= 10),
+                       key=lambda item: -item[1]["share"])
+        if zh:
+            parts.append(("英文" if lang == "en" else "中文") + "：" +
+                         "、".join(f"{ZH_KINDS.get(k, k)} {v['share']:.0%}" for k, v in kinds))
+        else:
+            parts.append(f"{name}: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in kinds))
+    if zh:
+        return "按草稿猜对的比例从高到低（只算出现至少 10 次的种类），" + "；".join(parts) + "。\n"
+    return ("From the kind the draft gets right most often to the least (kinds seen at least 10 times): "
+            + "; ".join(parts) + ".\n")
+
+
 def _command(path: str) -> Callable[[], str]:
     return lambda: run_shell(COMMANDS[path])
 
@@ -290,7 +313,8 @@ OUTPUTS: dict[str, Callable[[], str]] = {
     "trained/targets.md": targets_table,
     **{f"trained/{name}-summary{suffix}.md": (lambda f=f, zh=zh: f(zh))
        for name, f in (("widths", widths_summary), ("drafts", drafts_summary),
-                       ("temperatures", temperatures_summary), ("speed", speed_summary))
+                       ("agreement", agreement_summary), ("temperatures", temperatures_summary),
+                       ("speed", speed_summary))
        for suffix, zh in (("", False), (".zh", True))},
     "trained/corpora.md": corpora_table,
     "trained/widths.md": widths_table,
