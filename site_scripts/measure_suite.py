@@ -33,19 +33,23 @@ ROOT = Path(__file__).resolve().parent.parent
 RECORD = ROOT / "snippets" / "suite" / "timings.json"
 COMMANDS = ("make setup", "make test", "make test-quick")
 SUMMARY = re.compile(r"^=+ (.*\d+ passed.*) in [\d.]+s.* =+$", re.M)
+SLOWEST = re.compile(r"^=+ slowest \d+ durations =+\n(.*?)\n(?:\(|=)", re.M | re.S)
 
 
 def timed(command: str, cwd: Path) -> dict[str, Any]:
     """Run ``command`` in ``cwd``; its wall time, exit status and pytest's closing counts (if it printed
     them)."""
     started = time.perf_counter()
+    env = {**os.environ, "CI": "true"} if command == "make test" else os.environ  # make test as CI runs it
     proc = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, check=False,
-                          env={**os.environ, "CI": "true"})  # as CI runs it (.ci/run)
+                          env=env)
     wall = time.perf_counter() - started
-    found = SUMMARY.findall(proc.stdout)
+    found, slowest = SUMMARY.findall(proc.stdout), SLOWEST.search(proc.stdout)
     print(f"{command}: {wall:.0f} s, exit {proc.returncode}", flush=True)
     return {"command": command, "wall_s": round(wall, 1), "returncode": proc.returncode,
-            "summary": found[-1] if found else None, "tail": proc.stdout[-1500:] if proc.returncode else ""}
+            "summary": found[-1] if found else None,
+            "slowest": slowest[1].splitlines() if slowest else [],  # pytest's --durations list
+            "tail": proc.stdout[-1500:] if proc.returncode else ""}
 
 
 def measure(scratch: Path) -> dict[str, Any]:
