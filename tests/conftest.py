@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+# tokenizer_files.CACHE_VARIABLE, named here so that this file imports nothing of the package
+TOKENIZER_CACHE_VARIABLE = "MINI_DEEPINFER_TOKENIZER_CACHE"
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Idle OpenMP threads sleep instead of spinning, in this process, the test workers and every command
+    """Two settings every test worker and every command it runs inherit.
+
+    Idle OpenMP threads sleep instead of spinning, in this process, the test workers and every command
     they run (they inherit the environment; torch reads it when it is first imported, after this hook).
 
     Two test workers each run torch with a thread per core on a two-core machine. GNU OpenMP's default is to
@@ -18,6 +25,10 @@ def pytest_configure(config: pytest.Config) -> None:
     waits, not what any thread computes, so every result is the same. A value already set is kept.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Every random checkpoint the suite writes (some fifty, most in a fresh Python) reads the built Qwen3.5
+    # tokenizer from here instead of building it again (3 s each); the cache key covers the recipe, the ranks
+    # and the tokenizers version (mini_deepinfer.tools.tokenizer_files.tokenizer_file).
+    os.environ.setdefault(TOKENIZER_CACHE_VARIABLE, str(ROOT / ".cache" / "tokenizers"))
 
 
 @pytest.fixture(scope="session")

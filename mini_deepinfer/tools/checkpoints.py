@@ -57,7 +57,7 @@ from mini_deepinfer.tools.tokenizer_files import (
     R1_DISTILL_CHAT_TEMPLATE,
     TOKENIZER_RECIPES,
     added_tokens_decoder,
-    cached_tokenizer,
+    tokenizer_file,
 )
 
 CHECKPOINT_DTYPES = {name: getattr(torch, name) for name in CHECKPOINT_DTYPE_NAMES}
@@ -354,7 +354,7 @@ def checkpoint_size(config: ModelConfig, dtype: torch.dtype, chosen: Preset) -> 
     """Bytes a random checkpoint takes, known before it is written: the weights, the tokenizer file, and a
     megabyte for the headers and the small JSON files."""
     weights = config.num_parameters() * torch.empty(0, dtype=dtype).element_size()
-    tokenizer = len(cached_tokenizer(chosen.tokenizer_family).to_str(pretty=False).encode("utf-8"))
+    tokenizer = len(tokenizer_file(chosen.tokenizer_family).text.encode("utf-8"))
     return weights + tokenizer + 2**20
 
 
@@ -385,11 +385,11 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 def write_text_files(folder: Path, chosen: Preset) -> None:
     """``tokenizer.json``, ``tokenizer_config.json`` and ``generation_config.json``."""
-    tokenizer = cached_tokenizer(chosen.tokenizer_family)
+    built = tokenizer_file(chosen.tokenizer_family)
     with disk_errors(folder / "tokenizer.json"):
-        (folder / "tokenizer.json").write_text(tokenizer.to_str(pretty=False), encoding="utf-8")
+        (folder / "tokenizer.json").write_text(built.text, encoding="utf-8")
     recipe = TOKENIZER_RECIPES[chosen.tokenizer_family]
-    decoder = added_tokens_decoder(tokenizer, recipe)
+    decoder = added_tokens_decoder(built, recipe)
     write_json(folder / "tokenizer_config.json", {**chosen.tokenizer_config, "added_tokens_decoder": decoder})
     write_json(folder / "generation_config.json", chosen.generation_config)
 

