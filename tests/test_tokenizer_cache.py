@@ -26,15 +26,15 @@ def scratch_cache(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_cached_tokenizer_file_is_byte_for_byte_a_fresh_build(scratch_cache, family) -> None:
-    fresh = tokenizer_files.built_file(family)
-    first = tokenizer_file(family)  # builds, and fills the cache
+    fresh = tokenizer_file(family)  # nothing cached yet: built (built_file) and written to the folder
     (entry,) = scratch_cache.iterdir()
     assert entry.name == f"{family}-{cache_key(family)}"
     tokenizer_file.cache_clear()
-    read_back = tokenizer_file(family)  # a later process: read from the folder
-    assert first == fresh
+    read_back = tokenizer_file(family)  # as a later process reads it: from the folder
     assert read_back == fresh
     assert len(read_back.added_ids) == len(tokenizer_files.TOKENIZER_RECIPES[family].added_tokens)
+    first = read_back.added_ids[0]
+    assert read_back.added_ids == tuple(range(first, first + len(read_back.added_ids)))  # in recipe order
 
 
 def test_the_key_changes_with_the_recipe_source_and_the_ranks(monkeypatch) -> None:
@@ -55,10 +55,15 @@ def test_the_key_changes_with_the_recipe_source_and_the_ranks(monkeypatch) -> No
 
 
 def test_a_half_written_entry_is_built_again(scratch_cache) -> None:
-    entry = scratch_cache / f"qwen3.5-{cache_key('qwen3.5')}"
+    family = "r1-distill-qwen"  # the smaller build
+    entry = scratch_cache / f"{family}-{cache_key(family)}"
     entry.mkdir(parents=True)
     (entry / "tokenizer.json").write_text("{", encoding="utf-8")  # no added_ids.json beside it
-    assert tokenizer_file("qwen3.5") == tokenizer_files.built_file("qwen3.5")
+    rebuilt = tokenizer_file(family)
+    assert rebuilt.text.startswith('{"version"') and len(rebuilt.added_ids) == 22
+    # the broken entry was replaced by a whole one
+    assert (entry / "tokenizer.json").read_text(encoding="utf-8") == rebuilt.text
+    assert (entry / "added_ids.json").is_file()
 
 
 def test_unset_nothing_is_written(tmp_path, monkeypatch) -> None:

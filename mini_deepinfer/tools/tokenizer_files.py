@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -263,6 +264,8 @@ def tokenizer_file(family: str) -> TokenizerFile:
         return cached
     built = built_file(family)
     try:
+        if entry.exists():  # there, but not readable whole: replace it
+            shutil.rmtree(entry)
         _write_cached(entry, built)
     except OSError:
         pass
