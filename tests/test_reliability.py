@@ -345,6 +345,41 @@ def test_a_stop_signal_inside_exec_ends_with_its_code_after_cleanup_even_if_it_c
     assert proc.stdout == "cleanup started\ncleanup finished\n"
 
 
+FINALIZER = """
+import os, signal, sys, time
+from mini_deepinfer.tools.cli import run_command
+
+
+class Dropped:
+    def __del__(self):
+        os.kill(os.getpid(), signal.{signal})  # the handler runs here, where an exception cannot propagate
+
+
+def body(argv):
+    Dropped()
+    for _ in range(500):
+        time.sleep(0.01)
+    print("ran to the end")
+    return 0
+
+
+sys.exit(run_command(body, []))
+"""
+
+
+@pytest.mark.parametrize("signal_name, code, line", [("SIGINT", 130, "error: interrupted"),
+                                                     ("SIGTERM", 143, "error: interrupted by SIGTERM")])
+def test_a_stop_signal_inside_a_finalizer_is_not_lost(tmp_path, signal_name, code, line):
+    """Deterministic: the signal arrives inside ``__del__`` (importlib's module-lock weakref callbacks are
+    the same case, met at random while torch loads). CPython swallows an exception raised there; the stop was
+    lost and the command ran on. It is delivered again once the finalizer has returned."""
+    (tmp_path / "finalizer.py").write_text(FINALIZER.replace("{signal}", signal_name), encoding="utf-8")
+    env = command_env({"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
+    proc = subprocess.run([sys.executable, "-m", "finalizer"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (code, line + "\n", "")
+
+
 WRITERS = {"random_checkpoint": ["mini_deepinfer.random_checkpoint", "--preset", "tiny", "{out}"],
            "write_draft": ["mini_deepinfer.model_draft_demo", "--write-draft", "{ckpt}", "{out}"]}
 

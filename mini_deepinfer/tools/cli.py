@@ -10,6 +10,7 @@ an argparse type for comma-separated numbers. Standard library only. Non-scope: 
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import os
 import signal
@@ -27,6 +28,9 @@ __all__ = [
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """What a shell (Ctrl-C, a closed terminal) or a supervisor (``kill``, systemd, docker stop) sends to stop a
 command; each one unwinds the command so that its writers clean up."""
+
+
+REDELIVER_S = 0.01  # how long after a swallowed stop it is delivered again (see stop_signals_raise)
 
 
 class UsageError(ValueError):
@@ -73,10 +77,24 @@ def stop_signals_raise() -> Iterator[None]:
             received.append(signum)
             raise Interrupted(signum)
 
+    def unraisable(info: object) -> None:
+        # A handler runs wherever the main thread is. Inside a finalizer or a weakref callback (importlib's
+        # module locks have one) its exception cannot propagate: CPython reports it as "ignored" and goes on,
+        # and the stop would be lost. Report nothing; deliver the signal again a moment later, when the
+        # callback has returned, and the handler raises once more, where the exception can unwind the command.
+        exc = getattr(info, "exc_value", None)
+        if isinstance(exc, Interrupted) and received == [exc.signum]:
+            received.clear()
+            threading.Timer(REDELIVER_S, _thread.interrupt_main, args=(exc.signum,)).start()
+        else:
+            previous_hook(info)
+
     previous = _set_handlers(dict.fromkeys(STOP_SIGNALS, handler))
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         _set_handlers({signum: signal.SIG_IGN if received else old for signum, old in previous.items()})
 
 
