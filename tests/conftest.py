@@ -25,7 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
     waits, not what any thread computes, so every result is the same. A value already set is kept.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # Every random checkpoint the suite writes (some fifty, most in a fresh Python) reads the built Qwen3.5
+    # Every random checkpoint the suite writes (dozens, most in a fresh Python) reads the built Qwen3.5
     # tokenizer from here instead of building it again (3 s each); the cache key covers the recipe, the ranks
     # and the tokenizers version (mini_deepinfer.tools.tokenizer_files.tokenizer_file).
     os.environ.setdefault(TOKENIZER_CACHE_VARIABLE, str(ROOT / ".cache" / "tokenizers"))

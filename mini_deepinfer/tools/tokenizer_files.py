@@ -16,8 +16,6 @@ import base64
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -27,6 +25,8 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
+
+from mini_deepinfer.tools.files import staged_folder
 
 QWEN3_5_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
@@ -231,18 +231,11 @@ def _read_cached(entry: Path) -> TokenizerFile | None:
 
 
 def _write_cached(entry: Path, built: TokenizerFile) -> None:
-    """Write the entry in a fresh folder beside it and rename it into place: a reader sees all of it or
-    nothing, and of two processes writing at once, the first rename wins and the other is dropped."""
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=entry.parent))
-    (staging / "tokenizer.json").write_text(built.text, encoding="utf-8")
-    (staging / "added_ids.json").write_text(json.dumps(list(built.added_ids)), encoding="utf-8")
-    try:
-        staging.rename(entry)
-    except OSError:  # another process renamed its copy first
-        for child in staging.iterdir():
-            child.unlink()
-        staging.rmdir()
+    """Write the entry as checkpoints are written (``staged_folder``): a reader sees all of it or nothing,
+    and an entry there but broken is replaced."""
+    with staged_folder(entry, force=True) as staging:
+        (staging / "tokenizer.json").write_text(built.text, encoding="utf-8")
+        (staging / "added_ids.json").write_text(json.dumps(list(built.added_ids)), encoding="utf-8")
 
 
 @lru_cache(maxsize=2)
@@ -251,8 +244,8 @@ def tokenizer_file(family: str) -> TokenizerFile:
     tokens).
 
     Where the environment variable ``MINI_DEEPINFER_TOKENIZER_CACHE`` names a folder, the file is also kept
-    there under :func:`cache_key` and read back by later processes (the test suite writes some fifty
-    checkpoints, each in a fresh Python). Unset, nothing is written outside the checkpoint. A cache folder
+    there under :func:`cache_key` and read back by later processes (the test suite writes dozens of
+    checkpoints, most in a fresh Python). Unset, nothing is written outside the checkpoint. A cache folder
     that cannot be written is passed over: the build's result is used as it is.
     """
     folder = os.environ.get(CACHE_VARIABLE)
@@ -264,10 +257,8 @@ def tokenizer_file(family: str) -> TokenizerFile:
         return cached
     built = built_file(family)
     try:
-        if entry.exists():  # there, but not readable whole: replace it
-            shutil.rmtree(entry)
         _write_cached(entry, built)
-    except OSError:
+    except OSError:  # not writable, or another process put its copy there at the same moment
         pass
     return built
 
