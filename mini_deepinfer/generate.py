@@ -315,7 +315,8 @@ def load_draft(path: str, text: Text, dtype, device) -> LoadedModel:
     from mini_deepinfer.runtime.text import load_text
 
     draft_tokenizer, _, _ = load_text(path)
-    if draft_tokenizer.tokenizer.get_vocab() != text.tokenizer.tokenizer.get_vocab():
+    same_file = draft_tokenizer.tokenizer is text.tokenizer.tokenizer  # the same bytes: parsed once
+    if not same_file and draft_tokenizer.tokenizer.get_vocab() != text.tokenizer.tokenizer.get_vocab():
         raise UsageError(f"the draft model's tokenizer ({path}) differs from the target's; "
                          "speculative decoding needs the same tokenizer")
     return load_checkpoint(path, dtype, device)

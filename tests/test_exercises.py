@@ -6,8 +6,9 @@ there and the file that holds it), and both pages must show it. Each entry below
 happen: what the lesson's command prints in the changed copy, and which tests of the page's ``pytest``
 command fail there. The copy is made under ``tmp_path`` (``mini_deepinfer/``, ``site_scripts/``, ``tests/``,
 ``snippets/`` and the root files the tests need), so the repository itself is never changed; commands run
-with the copy as the working directory, so they import the copy's package. Running the commands is fast;
-running the page's tests in the copy is marked slow.
+with the copy as the working directory, so they import the copy's package; each is forked from a Python that
+has imported torch already (``preloaded_python``: torch's import is most of such a run). Running the commands
+is fast; running the page's tests in the copy (a Python of their own) is marked slow.
 Non-scope: the exercises' prose beyond these claims, and whether the unchanged repository passes those tests
 (the suite itself runs them).
 """
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from preloaded_python import PreloadedPython
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -308,6 +310,14 @@ def run(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=TIMEOUT_S, check=False)
 
 
+@pytest.fixture(scope="session")
+def python():
+    """``python -m`` for the commands: one helper per test process (``preloaded_python``)."""
+    helper = PreloadedPython()
+    yield lambda copy, *args: helper.run_module(copy, *args, timeout=TIMEOUT_S)
+    helper.close()
+
+
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_both_pages_show_the_same_change_of_a_file_that_holds_it(name: str) -> None:
     exercise = EXERCISES[name]
@@ -324,30 +334,30 @@ RUNS = [name for name, exercise in EXERCISES.items() if exercise.command]
 
 
 @pytest.mark.parametrize("name", RUNS)
-def test_the_command_in_the_changed_copy_prints_what_the_page_says(name: str, tmp_path: Path) -> None:
+def test_the_command_in_the_changed_copy_prints_what_the_page_says(name: str, tmp_path: Path, python) -> None:
     exercise = EXERCISES[name]
     copy = scratch_copy(tmp_path)
     if exercise.setup:
-        assert run(copy, "-m", *exercise.setup).returncode == 0
-    original = run(copy, "-m", *exercise.command)
+        assert python(copy, *exercise.setup).returncode == 0
+    original = python(copy, *exercise.command)
     assert original.returncode == 0, original.stderr[-2000:]
     kept = ""
     if exercise.unchanged:
-        unchanged = run(copy, "-m", *exercise.unchanged)
+        unchanged = python(copy, *exercise.unchanged)
         assert unchanged.returncode == 0, unchanged.stderr[-2000:]
         kept = unchanged.stdout
     change(copy, exercise)
-    changed = run(copy, "-m", *exercise.command)
+    changed = python(copy, *exercise.command)
     assert exercise.shows is not None
     exercise.shows(changed.stdout + changed.stderr, original.stdout + original.stderr)
     if exercise.unchanged:
-        assert run(copy, "-m", *exercise.unchanged).stdout == kept, "the page says this does not change"
+        assert python(copy, *exercise.unchanged).stdout == kept, "the page says this does not change"
 
 
-def test_lesson_3_with_pipeline_crashes_on_a_slot_that_does_not_exist(tmp_path: Path) -> None:
+def test_lesson_3_with_pipeline_crashes_on_a_slot_that_does_not_exist(tmp_path: Path, python) -> None:
     copy = scratch_copy(tmp_path)
     change(copy, EXERCISES["lesson-03"])
-    result = run(copy, "-m", "mini_deepinfer.pipeline_demo", "--pipeline")
+    result = python(copy, "mini_deepinfer.pipeline_demo", "--pipeline")
     assert result.returncode != 0
     assert "SlotPoolExhausted: kv: asked for 1 slots, 0 free" in result.stderr
     assert "SlotPoolExhausted" in exercise_text(DOCS / "lessons/03-batching.en.md")

@@ -368,3 +368,22 @@ def test_json_nested_too_deep_is_one_line(qwen2_folder, tmp_path, name) -> None:
     reader = read_generation_config if name == "generation_config.json" else load_checkpoint
     with pytest.raises(CheckpointError, match="nested deeper than Python's parser goes"):
         reader(folder)
+
+
+def test_loading_or_building_a_model_does_not_import_sympy(tiny_checkpoint) -> None:
+    """torch's Python reference kernels for meta tensors (``empty_like``, ``normal_``) import sympy and
+    torch's symbolic shapes on first use, about 0.8 s of every command; building a model must not reach
+    them."""
+    import subprocess
+    import sys
+
+    script = ("import sys, torch\n"
+              "from mini_deepinfer.models import build_model\n"
+              "from mini_deepinfer.models.loader import load_checkpoint\n"
+              f"model = load_checkpoint({str(tiny_checkpoint)!r}, torch.float32, 'cpu')\n"
+              "build_model(model.config, torch.float32, 'cpu', seed=0)\n"
+              "build_model(model.config, torch.float32, 'meta')\n"
+              "slow = ('sympy', 'torch.fx.experimental.symbolic_shapes')\n"
+              "print(sorted(m for m in sys.modules if m.startswith(slow)))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", result.stdout

@@ -566,3 +566,19 @@ def test_a_utf8_prompt_under_the_c_locale_is_accepted_and_printed(tiny_checkpoin
     assert request["prompt"] == "你好" and not request["text"].isascii()  # sampled random tokens
     shown = request["text"].encode("ascii", "backslashreplace")
     assert proc.stdout.isascii() and shown in proc.stdout and b"[length; 8 output tokens" in proc.stdout
+
+
+@pytest.mark.parametrize("command", [["mini_deepinfer"], ["mini_deepinfer.pipeline_demo"],
+                                     ["mini_deepinfer.generate", "--model", "TINY", "--prompt", "Hello",
+                                      "--max-new-tokens", "3"]], ids=["toy", "pipeline_demo", "generate"])
+def test_a_reader_that_closes_stdout_ends_the_command_quietly_with_141(command, tiny_checkpoint):
+    """``| head`` closes the pipe early: no traceback, no "Exception ignored" at exit, 128 + SIGPIPE."""
+    argv = [sys.executable, "-m", *[str(tiny_checkpoint) if a == "TINY" else a for a in command]]
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        proc = subprocess.run(argv, cwd=ROOT, env=command_env(), stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (128 + signal.SIGPIPE, "")

@@ -200,6 +200,32 @@ def test_missing_or_corrupt_text_files_raise_one_line_text_errors(text_folder, t
     assert "\n" not in str(info.value)
 
 
+def small_tokenizer_json(words: list[str]) -> str:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    made = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    made.pre_tokenizer = pre_tokenizers.Whitespace()
+    return made.to_str()
+
+
+def test_the_same_tokenizer_bytes_are_parsed_once_and_other_bytes_are_not(tmp_path, monkeypatch) -> None:
+    import mini_deepinfer.runtime.text as text_module
+
+    monkeypatch.setattr(text_module, "_parsed", type(text_module._parsed)())
+    words = ["<unk>", "hello", "world"]
+    for name, content in [("a", words), ("b", words), ("c", words[::-1])]:
+        (tmp_path / f"{name}.json").write_text(small_tokenizer_json(content), encoding="utf-8")
+    a, b, c = (TextTokenizer.from_file(tmp_path / f"{n}.json") for n in "abc")
+    assert a.tokenizer is b.tokenizer, "two files with the same bytes should share one parse"
+    assert c.tokenizer is not a.tokenizer and c.encode("hello") == [1] and a.encode("hello") == [1]
+    assert a.encode("world hello", special_tokens=False) == [2, 1] and not a.tokenizer.encode_special_tokens
+    for i in range(text_module.PARSED_TOKENIZERS):  # newer files push the first one out
+        (tmp_path / f"n{i}.json").write_text(small_tokenizer_json(words + [f"w{i}"]), encoding="utf-8")
+        TextTokenizer.from_file(tmp_path / f"n{i}.json")
+    assert len(text_module._parsed) == text_module.PARSED_TOKENIZERS
+    assert TextTokenizer.from_file(tmp_path / "a.json").tokenizer is not a.tokenizer
+
+
 def stream(tokenizer: TextTokenizer, ids: list[int], groups: list[int], skip: bool = False) -> list[str]:
     """Push ``ids`` in groups of the given sizes (cycled); return every piece, ``finish`` included."""
     detokenizer = StreamDetokenizer(tokenizer, skip_special_tokens=skip)

@@ -55,10 +55,21 @@ def build_model(
     model_class = Qwen35ForCausalLM if isinstance(config, Qwen35Config) else Qwen2ForCausalLM
     with torch.device("meta"):
         model = model_class(config)
-    model = model.to(dtype=dtype).to_empty(device=device)
+    model = to_empty(model.to(dtype=dtype), device)
     for merged in merged_projections(model):
         merged.share_storage()  # before any weight is written: loading fills the merged matrices directly
     model.tie_weights()
     if seed is not None:
         model.init_random_weights(seed)
     return model.eval().requires_grad_(False)
+
+
+def to_empty(model: CausalLM, device: torch.device | str) -> CausalLM:
+    """``model.to_empty(device=device)``, through ``torch.empty`` instead of ``torch.empty_like``.
+
+    For a tensor on the meta device, torch runs ``empty_like`` through a Python reference kernel whose first
+    call imports sympy and torch's symbolic shapes: about 0.8 s of every command that builds a model.
+    ``torch.empty`` of the same shape and dtype goes straight to the allocator. ``_apply`` is what
+    ``Module.to_empty`` itself calls, with its own function.
+    """
+    return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))

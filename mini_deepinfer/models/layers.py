@@ -320,7 +320,11 @@ class DecoderModel(nn.Module):
 
     def __init__(self, vocab_size: int, hidden_size: int, layers: list[nn.Module], norm: nn.Module) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(vocab_size, hidden_size)
+        # Given a weight, nn.Embedding skips its own normal_ fill: the weights come from loading or from
+        # init_random_weights anyway, and normal_ on the meta device (build_model) makes torch import its
+        # Python meta kernels, sympy included: about 0.8 s of every command that builds a model.
+        weight = torch.empty(vocab_size, hidden_size)
+        self.embed_tokens = nn.Embedding(vocab_size, hidden_size, _weight=weight)
         self.layers = nn.ModuleList(layers)
         self.norm = norm
 

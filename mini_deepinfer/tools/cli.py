@@ -134,13 +134,17 @@ def run_command(body: Callable[[list[str]], int], argv: Sequence[str] | None = N
     Every input error in this package is a ``ValueError`` with a one-line message (``UsageError`` for flags,
     the library's own checks for everything else); ``errors`` adds others a command expects (file errors for
     commands that write folders). Ctrl-C ends with exit code 130, SIGTERM and SIGHUP with 128 + their number,
-    each after the block it interrupted has cleaned up (``stop_signals_raise``).
+    each after the block it interrupted has cleaned up (``stop_signals_raise``). A reader of stdout that goes
+    away (``| head``) ends the command quietly with 141, as SIGPIPE ends other tools.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     escape_what_stdout_cannot_show()
     try:
         with stop_signals_raise():
             return body(argv)
+    except BrokenPipeError:  # before ``errors``, which may hold OSError
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit writes nowhere
+        return 128 + signal.SIGPIPE
     except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
