@@ -12,6 +12,7 @@ import torch
 
 from mini_deepinfer.runtime.device import (
     DTYPES,
+    VECTOR_FLAGS,
     DeviceError,
     DTypeError,
     device_info,
@@ -158,9 +159,15 @@ def test_cuda_device_module_is_torch_cuda() -> None:
 def test_device_info_on_cpu_has_every_key_and_is_json() -> None:
     info = device_info(torch.device("cpu"))
     assert set(info) == {
-        "type", "index", "name", "cpu_name", "cpu_threads", "cpu_count", "torch", "cuda", "driver",
-        "torch_npu", "cann",
+        "type", "index", "name", "cpu_name", "cpu_isa", "cpu_flags", "cpu_threads", "cpu_count", "torch",
+        "cuda", "driver", "torch_npu", "cann",
     }
+    assert info["cpu_isa"] == torch.backends.cpu.get_cpu_capability()
+    assert set(info["cpu_flags"]) <= set(VECTOR_FLAGS)
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")),
+                 [])
+    assert info["cpu_flags"] == [flag for flag in VECTOR_FLAGS if flag in flags]
     assert info["type"] == "cpu" and info["index"] is None
     assert info["torch"] == torch.__version__
     assert isinstance(info["name"], str) and info["name"] == info["cpu_name"] != ""

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from mini_deepinfer import EngineConfig, SamplingParams
 from mini_deepinfer.models import build_model
+from mini_deepinfer.models.kernels import cpu
 from mini_deepinfer.models.kernels.cpu import SKINNY_MIN_INPUT, Linear
 from mini_deepinfer.models.kernels.deltanet import (
     causal_conv_ref,
@@ -109,6 +110,30 @@ def test_linear_weight_left_form_equals_f_linear(rows, bias):
     out = layer(x)
     assert out.is_contiguous()
     assert torch.allclose(out, F.linear(x, layer.weight, layer.bias), atol=1e-5)
+
+
+@pytest.mark.parametrize("avx512", [False, True], ids=["other-cpu", "avx512"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 4, 8, 9, 32])
+def test_linear_every_cpu_form_equals_f_linear_and_blocks_only_float32_on_avx512(rows, dtype, avx512,
+                                                                                 monkeypatch):
+    """Whatever the CPU, each form gives F.linear's numbers; ``blocked`` runs for 4-8 float32 rows on AVX-512
+    only (a spy counts its calls), with a bias, and not where the weight's rows are no multiple of a block."""
+    monkeypatch.setattr(cpu, "AVX512", avx512)
+    calls = []
+    real = cpu.blocked
+    monkeypatch.setattr(cpu, "blocked", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for out_features in (3 * cpu.BLOCK, 3 * cpu.BLOCK + 1):
+        layer = Linear(SKINNY_MIN_INPUT, out_features, bias=True).to(dtype)
+        torch.nn.init.normal_(layer.bias)
+        x = torch.randn(rows, SKINNY_MIN_INPUT, dtype=dtype)
+        out = layer(x)
+        assert out.is_contiguous() and out.dtype == dtype
+        expected = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+        tolerance = 1e-4 if dtype == torch.float32 else 0.1
+        torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
+    blocks = avx512 and dtype == torch.float32 and rows in cpu.BLOCKED_ROWS
+    assert len(calls) == (1 if blocks else 0)
 
 
 def test_merged_projection_equals_its_parts_and_follows_a_load():

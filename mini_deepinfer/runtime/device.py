@@ -157,6 +157,25 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
+                "amx_int8")
+"""The ``/proc/cpuinfo`` flags a record lists (the vector units that decide which kernels run fast)."""
+
+
+def _cpu_vector_flags() -> list[str]:
+    """Which of ``VECTOR_FLAGS`` the CPU reports, in that order; empty where ``/proc/cpuinfo`` has none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    present = set(value.split())
+                    return [flag for flag in VECTOR_FLAGS if flag in present]
+    except OSError:
+        pass
+    return []
+
+
 def _nvidia_driver_version() -> str | None:
     """The NVIDIA kernel driver version from ``nvidia-smi``, or None when it cannot be asked."""
     executable = shutil.which("nvidia-smi")
@@ -193,8 +212,9 @@ def device_info(device: torch.device) -> dict[str, Any]:
     """Describe the device for a run record; every key is present, None where it does not apply.
 
     Keys: ``type``, ``index``, ``name`` (accelerator name, or the CPU model on cpu), ``cpu_name``,
-    ``cpu_threads`` (torch intra-op threads), ``cpu_count``, ``torch``, ``cuda`` (CUDA runtime torch was
-    built with), ``driver`` (NVIDIA driver), ``torch_npu``, ``cann``.
+    ``cpu_isa`` (the vector kernels torch runs on this CPU: ``AVX512``, ``AVX2``, ...), ``cpu_flags`` (the
+    ``VECTOR_FLAGS`` the CPU reports), ``cpu_threads`` (torch intra-op threads), ``cpu_count``, ``torch``,
+    ``cuda`` (CUDA runtime torch was built with), ``driver`` (NVIDIA driver), ``torch_npu``, ``cann``.
     """
     cpu_name = _cpu_name()
     info: dict[str, Any] = {
@@ -202,6 +222,8 @@ def device_info(device: torch.device) -> dict[str, Any]:
         "index": device.index,
         "name": cpu_name,
         "cpu_name": cpu_name,
+        "cpu_isa": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": _cpu_vector_flags(),
         "cpu_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
