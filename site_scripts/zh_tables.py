@@ -138,11 +138,14 @@ DESCRIBE_KEYS = {  # the provenance line's keys
     "8 requests of 1024+32 prompt tokens": "8 条请求、每条 prompt 为 1024+32 个 token",
     "block": "块大小",
     "commit": "提交",
+    "vector": "向量指令",
 }
 DESCRIBE_NUMBERS = {"repeats": "{} 次", "new_tokens": "每条 {} 个", "prompt": "{} 个 token"}  # a bare number
 DESCRIBE_VALUES = [
     (r"(\d+) parameters", r"\1 个参数"),
     (r"random weights", "随机权重"),
+    (r"^not recorded$", "没有记录"),
+    (r"no flags listed", "没有列出标志"),
     (r"second half damped x([\d.]+)", r"后一半层乘以 \1"),
     (r"^(\d+)x(\d+) new tokens$", r"\1 条，每条 \2 个新 token"),
     (r"^(\d+) after (\d+) warm-up$", r"\1 次，先预热 \2 次"),

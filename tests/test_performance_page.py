@@ -1,0 +1,66 @@
+"""The performance page's CPU tables: one per kind of CPU, each held to today's goals, each with a paragraph
+made from its own numbers (``site_scripts/gen_performance.py``).
+
+Non-scope: the numbers themselves (measured by ``python -m mini_deepinfer.bench`` and committed as they came)
+and whether the rendered snippets are current (``test_snippets_current``).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+
+from mini_deepinfer.bench.__main__ import TARGETS
+from site_scripts import gen_performance
+from site_scripts.common import SNIPPETS, read_json
+
+KINDS = gen_performance.CPU_KINDS
+
+
+@pytest.fixture(params=KINDS)
+def report(request):
+    return read_json(SNIPPETS / "bench" / f"{request.param}.json")
+
+
+def test_each_cpu_kind_has_its_json_and_its_table_and_paragraph_on_both_pages() -> None:
+    for name in KINDS:
+        assert (SNIPPETS / "bench" / f"{name}.json").is_file()
+    pages = {"en": "docs/performance/index.en.md", "zh": "docs/performance/index.md"}
+    for lang, page in pages.items():
+        text = (SNIPPETS.parent / page).read_text(encoding="utf-8")
+        for name in KINDS:
+            suffix = ".md" if lang == "en" else ".zh.md"
+            table = text.index(f'--8<-- "snippets/bench/{name}{suffix}"')
+            assert text.index(f'--8<-- "snippets/performance/{name}{suffix}"') > table, (page, name)
+    cpus = {read_json(SNIPPETS / "bench" / f"{name}.json")["device"]["name"] for name in KINDS}
+    assert len(cpus) == len(KINDS), "each table should be another kind of CPU"
+
+
+def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
+    report = dict(report, targets=gen_performance.targets_of(report))
+    english, chinese = gen_performance.reading(report)
+    for batch, speedup in report["comparison"]["decode_speedup"].items():
+        assert f"{speedup:.2f}x" in english and f"transformers 的 {speedup:.2f} 倍" in chinese, batch
+    step_ms = report["ours"]["decode"]["1"]["step_s"]["median"] * 1000
+    assert f"{step_ms:.1f} ms" in english and f"{step_ms:.1f} 毫秒" in chinese
+    missed = [t for t in report["targets"].values() if t["met"] is False]
+    for target in missed:
+        assert target["what"] in english
+    measured = sum(t["met"] is not None for t in report["targets"].values())
+    assert f"Of the {measured} goals measured, {measured - len(missed)} " in english
+    words = re.sub(r"transformers|roofline|prefill|decode|batch|token|GB/s|AVX\w*", "",
+                   chinese.replace(report["device"]["name"], ""))
+    assert not re.search(r"[A-Za-z]{4,}", words), f"English left in: {chinese}"
+
+
+def test_another_number_gives_another_paragraph_and_goals_are_today_s(report) -> None:
+    changed = copy.deepcopy(report)
+    changed["comparison"]["decode_speedup"]["1"] = 9.87
+    changed = dict(changed, targets=gen_performance.targets_of(changed))
+    assert set(changed["targets"]) == set(TARGETS)
+    english, _ = gen_performance.reading(changed)
+    assert "9.87x transformers' tokens per second at batch 1" in english
+    assert changed["targets"]["decode_batch1_vs_transformers"]["met"] is True
+    assert "decode tok/s at batch 1" not in english.split("not met")[-1]
