@@ -154,7 +154,12 @@ DESCRIBE_VALUES = [
     (r" \(", "（"),
     (r"\)$", "）"),
 ]
+EXECUTION = {"eager": "eager", "graphs": "图执行（静态缓冲区；CPU 上什么都不捕获）"}
 LINES = [  # whole lines outside the tables
+    (r"^- `execution`: (eager|graphs \(static buffers; a CPU captures nothing\)); "
+     r"runner rounds over all runs: (\d+) graph, (\d+) eager$",
+     lambda m: (f"- `execution`：{EXECUTION[m[1].split()[0]]}；"
+                f"所有运行里 runner 的轮次：图 {m[2]} 轮，eager {m[3]} 轮")),
     (r"^- `source_sha`: `(\w+)` \(clean\)$", r"- `source_sha`：`\1`（checkout 里没有未提交的改动）"),
     (r"^- `source_sha`: `(\w+)` \(dirty\)$", r"- `source_sha`：`\1`（checkout 里有未提交的改动）"),
     (r"^- `source_sha`: not recorded$", "- `source_sha`：没有记录"),
