@@ -184,6 +184,33 @@ def agreement_line(report: dict[str, Any]) -> str:
     return f"`tokens_agree=false` (greedy; per measurement: {', '.join(each)})"
 
 
+PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
+    "en": {
+        "start": "On this CPU ({cpu}, {isa}) our decode made ", "no_isa": "vector kernels not recorded",
+        "first": "{v}x transformers' tokens per second at batch {b}", "next": "{v}x at batch {b}",
+        "and": ", ",
+        "step": "; a batch-1 step took {step} ms, against a read roofline of {roof} ms ({fraction} of it",
+        "floor": "; our matrix products alone read {floor} GB/s, faster than the bandwidth test's "
+                 "{best} GB/s, so on this CPU that roofline is too low",
+        "prefill": "); transformers took {prefill}x our time to prefill {longest} tokens. ",
+        "goals": "Of the {n} goals measured, {met} {verb} met", "verbs": ("is", "are"),
+        "missed": "; not met: ", "miss": "{what} ({value} against {threshold})", "between": "; ", "end": ".",
+    },
+    "zh": {
+        "start": "在这块 CPU（{cpu}，{isa}）上，我们 decode 每秒的 token 数是 ", "no_isa": "没有记录向量指令",
+        "first": "batch {b} 时 transformers 的 {v} 倍", "next": "batch {b} 时 transformers 的 {v} 倍",
+        "and": "，",
+        "step": "；batch 1 一步用 {step} 毫秒，读带宽的 roofline 是 {roof} 毫秒（达到 {fraction}",
+        "floor": "；单是我们的矩阵乘就读到 {floor} GB/s，比带宽测试的 {best} GB/s 还快，"
+                 "所以在这块 CPU 上那条 roofline 定得太低",
+        "prefill": "）；{longest} 个 token 的 prefill，transformers 用的时间是我们的 {prefill} 倍。",
+        "goals": "测到的 {n} 项目标里达到 {met} 项", "verbs": ("", ""),
+        "missed": "；没有达到的：", "miss": "{what}（{value}，目标 {threshold}）", "between": "；",
+        "end": "。",
+    },
+}
+
+
 def reading(report: dict[str, Any]) -> tuple[str, str] | None:
     """What the tables of a CPU result say, in one paragraph made from its numbers: ``(English, Chinese)``.
 
@@ -191,41 +218,33 @@ def reading(report: dict[str, Any]) -> tuple[str, str] | None:
     device, cmp = report["device"], report["comparison"]
     if device["type"] != "cpu" or "1" not in cmp["decode_speedup"]:
         return None
-    speed = {b: f"{v:.2f}" for b, v in cmp["decode_speedup"].items()}
-    step, roof = _ms(report["ours"]["decode"]["1"]["step_s"]["median"]), _ms(cmp["roofline_step_s"])
-    fraction = _fraction(cmp["roofline_fraction"]["1"])
-    longest = max(cmp["prefill_speedup"], key=int)
-    prefill = f"{cmp['prefill_speedup'][longest]:.2f}"
-    goals = [t for t in report["targets"].values() if t["met"] is not None]
-    missed = [t for t in goals if not t["met"]]
-    isa = device.get("cpu_isa")
     floor = report["ours"].get("linear_floor", {}).get("1")
     floor_gb = floor["all_bytes"] / floor["all_s"]["median"] / 1e9 if floor else 0.0
     best_gb = report["bandwidth"]["best_gb_per_s"]
-    faster = floor_gb > best_gb  # then the bandwidth test, not the products, is the slow reader
-    en = (f"On this CPU ({device['name']}, {isa or 'vector kernels not recorded'}) our decode made "
-          + ", ".join(f"{v}x" + (" transformers' tokens per second" if i == 0 else "") + f" at batch {b}"
-                      for i, (b, v) in enumerate(speed.items()))
-          + f"; a batch-1 step took {step} ms, against a read roofline of {roof} ms ({fraction} of it"
-          + (f"; our matrix products alone read {floor_gb:.1f} GB/s, faster than the bandwidth test's "
-             f"{best_gb:.1f} GB/s, so on this CPU that roofline is too low" if faster else "") + "); "
-          f"transformers took {prefill}x our time to prefill {longest} tokens. Of the {len(goals)} goals "
-          f"measured, {len(goals) - len(missed)} {'is' if len(goals) - len(missed) == 1 else 'are'} met"
-          + ("." if not missed else "; not met: "
-             + "; ".join(f"{t['what']} ({_short_of(t)} against {t['threshold']})" for t in missed)
-             + "."))
-    zh = (f"在这块 CPU（{device['name']}，{isa or '没有记录向量指令'}）上，我们 decode 每秒的 token 数是 "
-          + "，".join(f"batch {b} 时 transformers 的 {v} 倍" for b, v in speed.items())
-          + f"；batch 1 一步用 {step} 毫秒，读带宽的 roofline 是 {roof} 毫秒（达到 {fraction}"
-          + (f"；单是我们的矩阵乘就读到 {floor_gb:.1f} GB/s，比带宽测试的 {best_gb:.1f} GB/s 还快，"
-             f"所以在这块 CPU 上那条 roofline 定得太低" if faster else "") + "）；"
-          f"{longest} 个 token 的 prefill，transformers 用的时间是我们的 {prefill} 倍。测到的 {len(goals)} "
-          f"项目标里达到 {len(goals) - len(missed)} 项"
-          + ("。" if not missed else "；没有达到的："
-             + "；".join(f"{_what_zh(t['what'])}（{_short_of(t)}，目标 {t['threshold']}）"
-                        for t in missed)
-             + "。"))
-    return en, zh
+    longest = max(cmp["prefill_speedup"], key=int)
+    goals = [t for t in report["targets"].values() if t["met"] is not None]
+    missed = [t for t in goals if not t["met"]]
+    values = dict(cpu=device["name"], step=_ms(report["ours"]["decode"]["1"]["step_s"]["median"]),
+                  roof=_ms(cmp["roofline_step_s"]), fraction=_fraction(cmp["roofline_fraction"]["1"]),
+                  floor=f"{floor_gb:.1f}", best=f"{best_gb:.1f}", longest=longest,
+                  prefill=f"{cmp['prefill_speedup'][longest]:.2f}", n=len(goals),
+                  met=len(goals) - len(missed))
+    said = []
+    for lang, words in PHRASES.items():
+        what = (lambda w: w) if lang == "en" else _what_zh
+        speeds = [words["first" if i == 0 else "next"].format(v=f"{v:.2f}", b=b)
+                  for i, (b, v) in enumerate(cmp["decode_speedup"].items())]
+        misses = [words["miss"].format(what=what(t["what"]), value=_short_of(t), threshold=t["threshold"])
+                  for t in missed]
+        verb = words["verbs"][values["met"] != 1]
+        said.append("".join([
+            words["start"].format(cpu=device["name"], isa=device.get("cpu_isa") or words["no_isa"]),
+            words["and"].join(speeds), words["step"].format(**values),
+            # the products read faster than the bandwidth test: that roofline is too low
+            words["floor"].format(**values) if floor_gb > best_gb else "",
+            words["prefill"].format(**values), words["goals"].format(**values, verb=verb),
+            words["missed"] + words["between"].join(misses) if missed else "", words["end"]]))
+    return said[0], said[1]
 
 
 def targets_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
