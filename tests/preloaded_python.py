@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,3 +96,4 @@ class PreloadedPython:
         if self.process.stdin is not None:
             self.process.stdin.close()
         self.process.wait(timeout=30)
+        shutil.rmtree(self.folder, ignore_errors=True)

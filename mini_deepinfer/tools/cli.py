@@ -143,7 +143,9 @@ def run_command(body: Callable[[list[str]], int], argv: Sequence[str] | None = N
         with stop_signals_raise():
             return body(argv)
     except BrokenPipeError:  # before ``errors``, which may hold OSError
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit writes nowhere
+        # Output still buffered would fail again when Python flushes stdout at exit; send it nowhere (the
+        # advice of the signal module's "Note on SIGPIPE").
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except errors as exc:
         print(f"error: {exc}", file=sys.stderr)
