@@ -55,6 +55,8 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 VOCAB_SIZE = 4096
 SEQ_LEN = 256
 BATCH = 16
+SHARES = {"en": 2, "zh": 1}  # windows of each language per 3 in a batch (English is the smaller corpus)
+COMPUTE = torch.bfloat16  # autocast's matmul type; the weights and the optimizer stay float32
 THREADS = 2  # both cores of the machines this runs on; the record says how many were used
 PROMPT_TOKENS = 33  # an opening of training text that the target continues to a window of SEQ_LEN + 1
 SEED = 20260
@@ -74,11 +76,14 @@ DRAFT_SHAPE = dict(hidden_size=128, intermediate_size=512, num_attention_heads=4
 
 @dataclass(frozen=True)
 class Schedule:
-    """How long one model trains: steps, peak learning rate and warm-up steps (cosine decay to 10 %)."""
+    """How one model trains: steps, peak learning rate and warm-up steps (cosine decay to 10 %), windows per
+    batch, and the dropout on each layer's two residual branches (0: none)."""
 
     steps: int
     peak_lr: float
     warmup: int
+    batch: int = BATCH
+    dropout: float = 0.0
 
     def lr(self, step: int) -> float:
         if step < self.warmup:
@@ -174,22 +179,31 @@ def new_model(config, seed: int):
 
 
 class Windows:
-    """Training windows of ``SEQ_LEN + 1`` tokens, each batch with as many from every language, in a seeded
-    order (a new one after each pass over a language's windows)."""
+    """Training windows of ``SEQ_LEN + 1`` tokens in a seeded order (a new one after each pass over a
+    language's windows), each batch holding the languages in the proportions of ``shares`` (the same number
+    of each when it is not given)."""
 
-    def __init__(self, streams: dict[str, torch.Tensor], seed: int, seq_len: int = SEQ_LEN) -> None:
+    def __init__(self, streams: dict[str, torch.Tensor], seed: int, seq_len: int = SEQ_LEN,
+                 shares: dict[str, int] | None = None) -> None:
         self.seq_len = seq_len
         self.generator = torch.Generator().manual_seed(seed)
         self.streams = list(streams.values())
+        self.shares = [1 if shares is None else shares[name] for name in streams]
         self.starts = [torch.arange(0, len(s) - seq_len - 1, seq_len) for s in self.streams]
         self.orders = [torch.randperm(len(s), generator=self.generator) for s in self.starts]
         self.positions = [0] * len(self.streams)
 
+    def takes(self, size: int) -> list[int]:
+        """How many of ``size`` windows each language gives: in proportion to its share, rounded down, the
+        rest from the first language."""
+        takes = [size * share // sum(self.shares) for share in self.shares]
+        takes[0] += size - sum(takes)
+        return takes
+
     def batch(self, size: int) -> torch.Tensor:
-        """The next ``size`` windows ``[size, SEQ_LEN + 1]``, ``size // languages`` from each language."""
+        """The next ``size`` windows ``[size, SEQ_LEN + 1]``, as ``takes(size)`` says per language."""
         rows = []
-        for i, (stream, starts) in enumerate(zip(self.streams, self.starts)):
-            take = size // len(self.streams)
+        for i, (stream, starts, take) in enumerate(zip(self.streams, self.starts, self.takes(size))):
             if self.positions[i] + take > len(self.orders[i]):
                 self.orders[i], self.positions[i] = torch.randperm(len(starts), generator=self.generator), 0
             chosen = starts[self.orders[i][self.positions[i]: self.positions[i] + take]]
@@ -241,7 +255,7 @@ def target_text(target, streams: dict[str, torch.Tensor], count: int, seed: int,
 
 
 def next_token_loss(model, x: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=x[:, :-1], use_cache=False).logits
+    logits = model(input_ids=x[:, :-1], use_cache=False).logits.float()
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
 
 
@@ -251,7 +265,7 @@ def distillation_loss(teacher) -> Callable[[Any, torch.Tensor], torch.Tensor]:
     def loss(student, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             target = F.log_softmax(teacher(input_ids=x[:, :-1], use_cache=False).logits.float(), dim=-1)
-        logits = student(input_ids=x[:, :-1], use_cache=False).logits
+        logits = student(input_ids=x[:, :-1], use_cache=False).logits.float()
         log_p = F.log_softmax(logits, dim=-1)
         return F.kl_div(log_p.reshape(-1, log_p.shape[-1]), target.reshape(-1, target.shape[-1]),
                         log_target=True, reduction="batchmean")
@@ -259,18 +273,40 @@ def distillation_loss(teacher) -> Callable[[Any, torch.Tensor], torch.Tensor]:
     return loss
 
 
+def residual_dropout(model, p: float) -> list[Any]:
+    """Dropout on the output of every token mixer and MLP, before it joins the residual stream; returns the
+    hooks' handles (remove them when training ends).
+
+    transformers' Qwen3.5 has no dropout there (only on attention weights); a corpus of a few megabytes read
+    for several passes needs it, or the model learns the training text rather than the language.
+    """
+
+    def hook(module, _inputs, output):
+        if isinstance(output, tuple):  # full attention returns (output, weights)
+            return (F.dropout(output[0], p, module.training), *output[1:])
+        return F.dropout(output, p, module.training)
+
+    handles = []
+    for layer in model.model.layers:
+        mixer = layer.linear_attn if hasattr(layer, "linear_attn") else layer.self_attn
+        handles += [mixer.register_forward_hook(hook), layer.mlp.register_forward_hook(hook)]
+    return handles
+
+
 def train(model, windows: Windows, schedule: Schedule, loss_fn, name: str, evaluate=None,
           eval_every: int = 0, stop_after: int | None = None) -> dict[str, Any]:
-    """AdamW over ``schedule.steps`` batches (or only the first ``stop_after`` of them); returns the loss
-    curve, held-out points and wall time."""
+    """AdamW over ``schedule.steps`` batches (or only the first ``stop_after`` of them), the forward and
+    backward passes under ``COMPUTE`` autocast; returns the loss curve, held-out points and wall time."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=schedule.peak_lr, betas=(0.9, 0.95),
                                   weight_decay=0.1)
+    hooks = residual_dropout(model, schedule.dropout) if schedule.dropout else []
     curve, points, running, started = [], [], [], time.perf_counter()
     model.train()
     for step in range(schedule.steps if stop_after is None else stop_after):
         for group in optimizer.param_groups:
             group["lr"] = schedule.lr(step)
-        loss = loss_fn(model, windows.batch(BATCH))
+        with torch.autocast("cpu", dtype=COMPUTE):
+            loss = loss_fn(model, windows.batch(schedule.batch))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -287,6 +323,8 @@ def train(model, windows: Windows, schedule: Schedule, loss_fn, name: str, evalu
             print(f"{name} held-out {points[-1]}", flush=True)
             save_partial(model, name, step + 1)
             model.train()
+    for handle in hooks:
+        handle.remove()
     model.eval()
     return {"loss_every": LOG_EVERY, "loss": curve, "held_out_during": points,
             "wall_s": round(time.perf_counter() - started, 1)}
@@ -394,7 +432,15 @@ def write_model(model, tokenizer, folder: Path, record: dict[str, Any]) -> None:
                                           encoding="utf-8")
 
 
-def base_record(corpus, config, seed: int, schedule: Schedule, commit: str) -> dict[str, Any]:
+def shares_text(shares: dict[str, int]) -> str:
+    """``{"en": 2, "zh": 1}`` -> ``"2 English windows to 1 Chinese"``."""
+    names = {"en": "English", "zh": "Chinese"}
+    return " to ".join(f"{n} {names[lang]}" + (" windows" if i == 0 else "")
+                       for i, (lang, n) in enumerate(shares.items()))
+
+
+def base_record(corpus, config, seed: int, schedule: Schedule, commit: str,
+                shares: dict[str, int] = SHARES) -> dict[str, Any]:
     import transformers
 
     from site_scripts.corpora import ARCHIVES
@@ -406,10 +452,12 @@ def base_record(corpus, config, seed: int, schedule: Schedule, commit: str) -> d
         "config": {k: v for k, v in config.to_dict().items() if k not in ("transformers_version",)},
         "parameters": None, "seed": seed,
         "schedule": {"steps": schedule.steps, "peak_lr": schedule.peak_lr, "warmup": schedule.warmup,
-                     "batch": BATCH, "seq_len": SEQ_LEN, "mix": "half English, half Chinese windows",
+                     "batch": schedule.batch, "seq_len": SEQ_LEN, "dropout": schedule.dropout,
+                     "shares": shares, "mix": shares_text(shares),
                      "optimizer": "AdamW(0.9, 0.95), weight decay 0.1, "
-                     "clip 1.0, cosine to 10 %"},
-        "tokens_seen": schedule.steps * BATCH * SEQ_LEN,
+                     "clip 1.0, cosine to 10 %",
+                     "compute": f"{str(COMPUTE).removeprefix('torch.')} autocast, float32 weights"},
+        "tokens_seen": schedule.steps * schedule.batch * SEQ_LEN,
         "cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(),
         "command": "python -m site_scripts.train_models", "commit": commit,
@@ -431,8 +479,9 @@ class Plan:
     generated_rows: int  # windows of the target's own text for distilling the draft
 
 
-FULL = Plan(Schedule(2400, 3e-3, 100), Schedule(1200, 3e-3, 60), 8192, 32768, 300, 768)
-SMOKE = Plan(Schedule(6, 2e-3, 2), Schedule(4, 3e-3, 2), 1024, 2048, 3, 4)
+FULL = Plan(Schedule(3300, 3e-3, 100, batch=18, dropout=0.1), Schedule(1200, 3e-3, 60), 8192, 32768, 300,
+            768)
+SMOKE = Plan(Schedule(6, 2e-3, 2, batch=6, dropout=0.1), Schedule(4, 3e-3, 2), 1024, 2048, 3, 4)
 
 
 def prepare(limit_docs: int | None = None):
@@ -484,8 +533,8 @@ def run(output: Path, plan: Plan, seed: int, limit_docs: int | None = None,
     elif not drafts_only:
         target_config = model_config(TARGET_SHAPE, tokenizer.get_vocab_size(), eos)
         target = new_model(target_config, seed)
-        target_run = train(target, Windows(streams, seed), plan.target, next_token_loss, "target", evaluate,
-                           plan.eval_every)
+        target_run = train(target, Windows(streams, seed, shares=SHARES), plan.target, next_token_loss,
+                           "target", evaluate, plan.eval_every)
         target = bf16_copy(target)
         target_record = base_record(corpus, target_config, seed, plan.target, commit)
         target_record.update(parameters=sum(p.numel() for p in target.parameters()), training=target_run,
@@ -565,8 +614,10 @@ def check_against_record(folder: Path, steps: int) -> int:
     same_tokenizer = file_sha256(scratch) == made["tokenizer_sha256"]
     eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
     model = new_model(model_config(TARGET_SHAPE, tokenizer.get_vocab_size(), eos), made["seed"])
-    schedule = Schedule(**{k: made["schedule"][k] for k in ("steps", "peak_lr", "warmup")})
-    run = train(model, Windows(streams, made["seed"]), schedule, next_token_loss, "check", stop_after=steps)
+    keys = ("steps", "peak_lr", "warmup", "batch", "dropout")
+    schedule = Schedule(**{k: made["schedule"][k] for k in keys})
+    windows = Windows(streams, made["seed"], shares=made["schedule"]["shares"])
+    run = train(model, windows, schedule, next_token_loss, "check", stop_after=steps)
     recorded = dict((step, loss) for step, loss in made["training"]["loss"])
     worst = 0.0
     for step, loss in run["loss"]:
