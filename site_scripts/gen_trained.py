@@ -304,6 +304,45 @@ def agreement_summary(zh: bool = False) -> str:
             + "; ".join(parts) + ".\n")
 
 
+ZH_LANGUAGES = {"en": "英文", "zh": "中文"}
+
+
+def _shares(schedule: dict[str, Any], zh: bool) -> str:
+    """What a batch of training text holds, from the record's ``shares``."""
+    shares = schedule["shares"]
+    if len(set(shares.values())) == 1:
+        return "英文和中文窗口各占一半" if zh else "as many English windows as Chinese"
+    if zh:
+        return "配".join(f"{n} 个{ZH_LANGUAGES[lang]}窗口" for lang, n in shares.items())
+    return " to ".join(f"{n} {LANGUAGES[lang]}" + (" windows" if i == 0 else "")
+                       for i, (lang, n) in enumerate(shares.items()))
+
+
+def recipe_summary(zh: bool = False) -> str:
+    """How each model trained (steps, batch, the languages in a batch, dropout, the target's text the
+    distilled draft learns from, compute), from the records."""
+    target, draft = record("target")["schedule"], record("draft")["schedule"]
+    rows = draft["generated_rows"]
+    if zh:
+        dropout = f"每层两条残差支路的输出上有 {target['dropout']} 的 dropout；" if target["dropout"] else ""
+        continuations = "和 ".join(f"{n} 段{ZH_LANGUAGES[lang]}" for lang, n in rows.items())
+        return (f"目标模型训练 {target['steps']} 步，每步 {target['batch']} 个 "
+                f"{target['seq_len']} token 的窗口，{_shares(target, True)}；{dropout}"
+                f"草稿模型训练 {draft['steps']} 步，每步 {draft['batch']} 个窗口，训练文本里"
+                f"{_shares(draft, True)}；蒸馏的草稿还学目标模型 greedy 续写的 {continuations}"
+                "（一半从文档开头续写：诗的题目和作者、剧本的标题）。"
+                "矩阵乘法在 autocast 下用 bfloat16 算，权重和优化器状态是 float32。\n")
+    dropout = (f", with dropout {target['dropout']} on the output of each layer's two residual branches"
+               if target["dropout"] else "")
+    continuations = " and ".join(f"{n} {LANGUAGES[lang]}" for lang, n in rows.items())
+    return (f"The target trains {target['steps']} steps of {target['batch']} windows of {target['seq_len']} "
+            f"tokens, {_shares(target, False)}{dropout}; the drafts train {draft['steps']} steps of "
+            f"{draft['batch']} windows, their training text {_shares(draft, False)}; the distilled draft "
+            f"also learns from the target's greedy continuations, {continuations} (half of them opening at "
+            "a document's start: a poem's title and author, a play's title). Matrix products run in "
+            "bfloat16 under autocast; the weights and the optimizer's state are float32.\n")
+
+
 def _command(path: str) -> Callable[[], str]:
     return lambda: run_shell(COMMANDS[path])
 
@@ -314,7 +353,7 @@ OUTPUTS: dict[str, Callable[[], str]] = {
     **{f"trained/{name}-summary{suffix}.md": (lambda f=f, zh=zh: f(zh))
        for name, f in (("widths", widths_summary), ("drafts", drafts_summary),
                        ("agreement", agreement_summary), ("temperatures", temperatures_summary),
-                       ("speed", speed_summary))
+                       ("speed", speed_summary), ("recipe", recipe_summary))
        for suffix, zh in (("", False), (".zh", True))},
     "trained/corpora.md": corpora_table,
     "trained/widths.md": widths_table,

@@ -133,3 +133,63 @@ def test_bits_per_char_count_characters_not_bytes() -> None:
     ids = tokenizer.encode("帝京 abc").ids
     assert sum(chars[i] for i in ids) == len("帝京 abc")
     assert chars[tokenizer.token_to_id("<|endoftext|>")] == 0
+
+
+def test_residual_dropout_acts_only_in_training_and_its_hooks_come_off() -> None:
+    torch.set_num_threads(1)
+    model = tm.new_model(tm.model_config(TINY_SHAPE, 64, [62, 63]), seed=0)
+    ids = torch.arange(16).view(1, 16)
+
+    def twice() -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(model(input_ids=ids, use_cache=False).logits for _ in range(2))
+
+    handles = tm.residual_dropout(model, 0.5)
+    assert len(handles) == 2 * len(TINY_SHAPE["layer_types"])  # the token mixer and the MLP of each layer
+    model.train()
+    first, second = twice()
+    assert not torch.equal(first, second)
+    model.eval()
+    assert torch.equal(*twice())
+    for handle in handles:
+        handle.remove()
+    model.train()
+    assert torch.equal(*twice())
+
+
+def test_each_batch_holds_the_languages_in_their_shares() -> None:
+    streams = {"en": torch.zeros(4000, dtype=torch.long), "zh": torch.ones(4000, dtype=torch.long)}
+    windows = tm.Windows(streams, seed=0, seq_len=16, shares={"en": 2, "zh": 1})
+    for size in (18, 8):
+        rows = windows.batch(size)[:, 0]
+        assert (rows == 0).sum() == size - size // 3 and (rows == 1).sum() == size // 3
+    assert tm.shares_text({"en": 2, "zh": 1}) == "2 English windows to 1 Chinese"
+    assert tm.shares_text({"en": 1, "zh": 1}) == "as many English windows as Chinese"
+
+
+def test_half_the_openings_start_a_document() -> None:
+    eot = 9
+    stream = torch.tensor(([eot] + [1, 2, 3] * 30) * 20)
+    starts = tm.opening_starts(stream, 40, eot, torch.Generator().manual_seed(0))
+    assert len(starts) == 40
+    assert all(stream[s - 1] == eot and stream[s] == 1 for s in starts[:20])
+    assert all(s + tm.PROMPT_TOKENS <= len(stream) for s in starts)
+
+
+def test_the_pages_give_the_trained_models_shapes_of_their_records() -> None:
+    import re
+
+    found = 0
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for name in MODELS:
+            config = record(name)["config"]
+            for said in re.finditer(rf"`trained/{name}`[^)）]*?[(（]([^)）]*)[)）]", text):
+                inside = said[1]
+                hidden = re.search(r"hidden (\d+)", inside)
+                layers = re.search(r"(\d+) (?:layers|层)", inside)
+                if hidden:
+                    found += 1
+                    assert int(hidden[1]) == config["hidden_size"], (page.name, name, inside)
+                if layers:
+                    assert int(layers[1]) == len(config["layer_types"]), (page.name, name, inside)
+    assert found >= 8, found  # both models on the trained-models page and lesson 12, in both languages
