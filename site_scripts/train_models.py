@@ -495,9 +495,9 @@ class Plan:
 
 
 # The draft's Chinese is where it agrees least with the target (a character among many plausible ones), so
-# two thirds of the target's text it learns from is Chinese.
+# four fifths of the target's text it learns from is Chinese.
 FULL = Plan(Schedule(3300, 3e-3, 100, batch=18, dropout=0.1), Schedule(2000, 3e-3, 60), 8192, 32768, 300,
-            {"en": 1024, "zh": 2048})
+            {"en": 1024, "zh": 4096})
 SMOKE = Plan(Schedule(6, 2e-3, 2, batch=6, dropout=0.1), Schedule(4, 3e-3, 2), 1024, 2048, 3,
              {"en": 2, "zh": 2})
 
