@@ -25,9 +25,9 @@ from typing import Any
 
 from site_scripts.common import SNIPPETS, GeneratorError, provenance_entries, read_json
 
-CPU_KINDS = ("cpu-qwen3.5-0.8b", "cpu-qwen3.5-0.8b-intel-xeon")
+CPU_KINDS = ("cpu-qwen3.5-0.8b", "cpu-qwen3.5-0.8b-intel-xeon", "cpu-qwen3.5-0.8b-amd-epyc-avx512")
 """The 0.8B-shape CPU results, one per kind of CPU it ran on (an AMD EPYC with AVX2; an Intel Xeon with
-AVX-512 and AMX): the page shows a table for each."""
+AVX-512 and AMX; an AMD EPYC with AVX-512 and no AMX): the page shows a table for each."""
 RESULTS = (*CPU_KINDS, "cpu-tiny")
 GPU_RESULTS = ("cuda-h200-207e234/cuda-bf16-qwen3.5-0.8b-eager-207e234",)
 """Accelerator reports, relative to ``snippets/bench/`` (a folder per measurement, with its provenance)."""

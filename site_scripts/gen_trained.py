@@ -343,6 +343,27 @@ def recipe_summary(zh: bool = False) -> str:
             "bfloat16 under autocast; the weights and the optimizer's state are float32.\n")
 
 
+def reproduce_summary(zh: bool) -> str:
+    """What the committed rerun of the target's first steps (``trained/target-check.json``) found."""
+    check, made = read_json(TRAINED / "target-check.json"), record("target")
+    points = sum(1 for item in check["compared"] if "held_out" in item["what"])
+    verdict_zh = "在 2% 以内" if check["passed"] else "**超出** 2%"
+    verdict = "within 2 %" if check["passed"] else "**more than** 2 % off"
+    tokenizer_zh = "相同" if check["same_tokenizer"] else "**不同**"
+    tokenizer = "identical" if check["same_tokenizer"] else "**different**"
+    if zh:
+        return (f"仓库里记下的一次复查：`{check['command']}` 在 {check['cpu']} 上"
+                f"（{check['threads']} 个线程）重训了前 {check['steps']} 步（记录来自 {made['cpu']}），"
+                f"比较了 {len(check['compared'])} 个数（其中 {points} 个是留出集每字符比特数），"
+                f"最大相差 {check['largest_difference']:.2%}，{verdict_zh}；tokenizer {tokenizer_zh}"
+                "（`trained/target-check.json`）。\n")
+    return (f"A rerun the repository records: `{check['command']}` on {check['cpu']} ({check['threads']} "
+            f"threads) retrained the first {check['steps']} steps (the record comes from {made['cpu']}) and "
+            f"compared {len(check['compared'])} figures ({points} of them held-out bits per character): the "
+            f"largest difference is {check['largest_difference']:.2%}, {verdict}; the tokenizer is "
+            f"{tokenizer} (`trained/target-check.json`).\n")
+
+
 def _command(path: str) -> Callable[[], str]:
     return lambda: run_shell(COMMANDS[path])
 
@@ -353,7 +374,8 @@ OUTPUTS: dict[str, Callable[[], str]] = {
     **{f"trained/{name}-summary{suffix}.md": (lambda f=f, zh=zh: f(zh))
        for name, f in (("widths", widths_summary), ("drafts", drafts_summary),
                        ("agreement", agreement_summary), ("temperatures", temperatures_summary),
-                       ("speed", speed_summary), ("recipe", recipe_summary))
+                       ("speed", speed_summary), ("recipe", recipe_summary),
+                       ("reproduce", reproduce_summary))
        for suffix, zh in (("", False), (".zh", True))},
     "trained/corpora.md": corpora_table,
     "trained/widths.md": widths_table,

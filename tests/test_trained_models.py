@@ -193,3 +193,15 @@ def test_the_pages_give_the_trained_models_shapes_of_their_records() -> None:
                 if layers:
                     assert int(layers[1]) == len(config["layer_types"]), (page.name, name, inside)
     assert found >= 8, found  # both models on the trained-models page and lesson 12, in both languages
+
+
+def test_the_recorded_rerun_checked_the_committed_target() -> None:
+    """``trained/target-check.json`` compared its rerun with the figures of the target's own record."""
+    check, made = json.loads((TRAINED / "target-check.json").read_text(encoding="utf-8")), record("target")
+    losses = dict(made["training"]["loss"])
+    points = {point["step"]: point for point in made["training"]["held_out_during"]}
+    for item in check["compared"]:
+        step, what = item["what"].removeprefix("step ").split(": ")
+        recorded = losses[int(step)] if what == "loss" else points[int(step)][what]
+        assert item["recorded"] == round(recorded, 4), item
+    assert check["passed"] == (check["same_tokenizer"] and check["largest_difference"] <= 0.02)
