@@ -79,13 +79,13 @@ def models_table() -> str:
         rows.append([label, f"{config['hidden_size']} x {len(config['layer_types'])} ({kinds})",
                      f"{made['parameters'] / 1e6:.2f} M", f"{schedule['steps']}",
                      f"{made['tokens_seen'] / 1e6:.2f} M", _minutes(made["training"]["wall_s"]),
+                     f"{made['cpu']}, {made['threads']} threads",
                      *(f"{scores[key]['bits_per_char']:.2f}" for key in
                        ("held_out_en", "held_out_zh", "unseen_en", "unseen_zh"))])
-    header = ["model", "hidden x layers", "parameters", "steps", "tokens seen", "training time",
+    header = ["model", "hidden x layers", "parameters", "steps", "tokens seen", "training time", "trained on",
               "held-out English", "held-out Chinese", "unseen English", "unseen Chinese"]
     target = record("target")
-    note = (f"`bits per character; cpu={target['cpu']}, threads={target['threads']}, "
-            f"torch={target['torch']}, "
+    note = (f"`bits per character; target: torch={target['torch']}, "
             f"seed={target['seed']}, batch={target['schedule']['batch']} x {target['schedule']['seq_len']} "
             f"tokens, commit={target['commit'][:12]}`")
     return "\n".join([note, "", *_table(header, rows)]) + "\n"
@@ -347,20 +347,28 @@ def reproduce_summary(zh: bool) -> str:
     """What the committed rerun of the target's first steps (``trained/target-check.json``) found."""
     check, made = read_json(TRAINED / "target-check.json"), record("target")
     points = sum(1 for item in check["compared"] if "held_out" in item["what"])
+    worst = max(check["compared"], key=lambda item: abs(item["rerun"] - item["recorded"]) / item["recorded"])
+    where = f"`{worst['what']}`, {worst['rerun']} against the recorded {worst['recorded']}"
+    where_zh = f"`{worst['what']}`，重训得 {worst['rerun']}，记录为 {worst['recorded']}"
+    losses = max(abs(item["rerun"] - item["recorded"]) / item["recorded"]
+                 for item in check["compared"] if item["what"].endswith(": loss"))
     verdict_zh = "在 2% 以内" if check["passed"] else "**超出** 2%"
-    verdict = "within 2 %" if check["passed"] else "**more than** 2 % off"
+    verdict = "within 2%" if check["passed"] else "**more than** 2% off"
     tokenizer_zh = "相同" if check["same_tokenizer"] else "**不同**"
     tokenizer = "identical" if check["same_tokenizer"] else "**different**"
     if zh:
         return (f"仓库里记下的一次复查：`{check['command']}` 在 {check['cpu']} 上"
                 f"（{check['threads']} 个线程）重训了前 {check['steps']} 步（记录来自 {made['cpu']}），"
                 f"比较了 {len(check['compared'])} 个数（其中 {points} 个是留出集每字符比特数），"
-                f"最大相差 {check['largest_difference']:.2%}，{verdict_zh}；tokenizer {tokenizer_zh}"
+                f"最大相差 {check['largest_difference']:.2%}（{where_zh}），{verdict_zh}，训练损失之间最多差 "
+                f"{losses:.2%}；"
+                f"tokenizer {tokenizer_zh}"
                 "（`trained/target-check.json`）。\n")
     return (f"A rerun the repository records: `{check['command']}` on {check['cpu']} ({check['threads']} "
             f"threads) retrained the first {check['steps']} steps (the record comes from {made['cpu']}) and "
             f"compared {len(check['compared'])} figures ({points} of them held-out bits per character): the "
-            f"largest difference is {check['largest_difference']:.2%}, {verdict}; the tokenizer is "
+            f"largest difference is {check['largest_difference']:.2%} ({where}), {verdict}, and the training "
+            f"losses differ by at most {losses:.2%}; the tokenizer is "
             f"{tokenizer} (`trained/target-check.json`).\n")
 
 

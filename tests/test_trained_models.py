@@ -205,3 +205,12 @@ def test_the_recorded_rerun_checked_the_committed_target() -> None:
         recorded = losses[int(step)] if what == "loss" else points[int(step)][what]
         assert item["recorded"] == round(recorded, 4), item
     assert check["passed"] == (check["same_tokenizer"] and check["largest_difference"] <= 0.02)
+
+
+def test_line_ends_are_the_kind_of_token_the_draft_gets_right_most() -> None:
+    """Lesson 12 says so under the agreement table; the measurements must bear it out in both languages."""
+    from site_scripts.gen_trained import measurements
+
+    for lang, kinds in measurements()["agreement_by_kind"].items():
+        ranked = sorted((k for k, v in kinds.items() if v["tokens"] >= 10), key=lambda k: -kinds[k]["share"])
+        assert ranked[0] == "line end", (lang, ranked)
