@@ -285,13 +285,16 @@ ZH_KINDS = {"word start": "词首", "word piece": "词的后半", "line end": "�
             "Chinese": "汉字", "space": "空格"}
 
 
+RANKED_KIND_TOKENS = 10  # a kind of token seen fewer times is left out of the ranking (too few to rank)
+
+
 def agreement_summary(zh: bool = False) -> str:
     """Per language, the token kinds from the one the draft gets right most often to the least (kinds seen
-    at least 10 times)."""
+    at least ``RANKED_KIND_TOKENS`` times)."""
     by_kind = measurements()["agreement_by_kind"]
     parts = []
     for lang, name in LANGUAGES.items():
-        kinds = sorted(((k, v) for k, v in by_kind[lang].items() if v["tokens"] >= 10),
+        kinds = sorted(((k, v) for k, v in by_kind[lang].items() if v["tokens"] >= RANKED_KIND_TOKENS),
                        key=lambda item: -item[1]["share"])
         if zh:
             parts.append(("英文" if lang == "en" else "中文") + "：" +
@@ -360,9 +363,8 @@ def reproduce_summary(zh: bool) -> str:
         return (f"仓库里记下的一次复查：`{check['command']}` 在 {check['cpu']} 上"
                 f"（{check['threads']} 个线程）重训了前 {check['steps']} 步（记录来自 {made['cpu']}），"
                 f"比较了 {len(check['compared'])} 个数（其中 {points} 个是留出集每字符比特数），"
-                f"最大相差 {check['largest_difference']:.2%}（{where_zh}），{verdict_zh}，训练损失之间最多差 "
-                f"{losses:.2%}；"
-                f"tokenizer {tokenizer_zh}"
+                f"最大相差 {check['largest_difference']:.2%}（{where_zh}），{verdict_zh}，"
+                f"训练损失之间最多差 {losses:.2%}；tokenizer {tokenizer_zh}"
                 "（`trained/target-check.json`）。\n")
     return (f"A rerun the repository records: `{check['command']}` on {check['cpu']} ({check['threads']} "
             f"threads) retrained the first {check['steps']} steps (the record comes from {made['cpu']}) and "

@@ -611,7 +611,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", choices=DRAFTS, action="append",
                         help="with --drafts-only: train only this draft (repeatable; default both)")
     parser.add_argument("--check", type=int, metavar="STEPS",
-                        help="train the target for STEPS steps and compare with OUTPUT/target/training.json")
+                        help="train the target for STEPS steps, compare with OUTPUT/target/training.json and "
+                        "write what it found to OUTPUT/target-check.json (exit 1 if one is over 2%% off)")
     args = parser.parse_args(argv)
     if args.check:
         return check_against_record(args.output / "target", args.check)
@@ -624,8 +625,8 @@ def check_against_record(folder: Path, steps: int) -> int:
     """Retrain the first ``steps`` steps with the record's seed; compare tokenizer, loss curve and held-out
     bits per character (at the recorded points up to ``steps``: ``--check 300`` reaches the first) with it.
 
-    Prints each logged figure beside the recorded one; exits 1 if the tokenizer differs or a figure differs
-    by more than 2 %.
+    Prints each logged figure beside the recorded one and writes them to ``target-check.json`` beside
+    ``folder``; exits 1 if the tokenizer differs or a figure differs by more than 2 %.
     """
     made = json.loads((folder / "training.json").read_text(encoding="utf-8"))
     torch.set_num_threads(made["threads"])  # the same reductions in the same order as the recorded run

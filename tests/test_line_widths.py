@@ -104,15 +104,29 @@ def _open(browser: Browser, viewport: dict[str, int]) -> Page:
 
 
 @pytest.fixture(scope="module")
-def blocks(browser: Browser, hosted: Hosted, base_url: str) -> list[Block]:  # noqa: F811
-    """Every highlighted block of every lesson page, laid out at a 1300 px window."""
+def layouts(browser: Browser, hosted: Hosted, base_url: str) -> tuple[list[Block], dict[str, int]]:  # noqa: F811
+    """Every lesson page, opened once: its highlighted blocks laid out at a 1300 px window, then its width
+    at the phone's viewport (the same page resized: a second visit per page would double the loading time,
+    and the widths are CSS layout, which a resize recomputes as a fresh load does)."""
     page = _open(browser, WINDOW)
-    found = []
+    found, widths = [], {}
     for path in lesson_paths(hosted):
+        page.set_viewport_size(WINDOW)
         page.goto(base_url + path, wait_until="networkidle")
         found += [Block(path, *row) for row in page.evaluate(BLOCKS)]
+        page.set_viewport_size(PHONE)
+        widths[path] = page.evaluate(PAGE_WIDTH)
+        if path == PHONE_SHOT:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.locator(".language-text.highlight").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(Path(SCREENSHOTS, "lesson-13-phone.png")))
     page.close()
-    return found
+    return found, widths
+
+
+@pytest.fixture(scope="module")
+def blocks(layouts: tuple[list[Block], dict[str, int]]) -> list[Block]:
+    return layouts[0]
 
 
 def _report(cut: list[Block]) -> str:
@@ -148,21 +162,9 @@ def test_nine_code_blocks_in_ten_are_whole_at_1300_px(blocks: list[Block]) -> No
 
 @pytest.mark.slow
 @NEEDS_CHROMIUM
-def test_no_lesson_page_is_wider_than_a_phone(browser: Browser, hosted: Hosted, base_url: str) -> None:  # noqa: F811
-    page = _open(browser, PHONE)
-    wide = {}
-    for path in lesson_paths(hosted):
-        page.goto(base_url + path, wait_until="networkidle")
-        width = page.evaluate(PAGE_WIDTH)
-        if width > PHONE["width"]:
-            wide[path] = width
-        if path == PHONE_SHOT:
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            shot = Path(SCREENSHOTS, "lesson-13-phone.png")
-            page.locator(".language-text.highlight").first.scroll_into_view_if_needed()
-            page.screenshot(path=str(shot))
-    page.close()
-    assert not wide, f"pages wider than {PHONE['width']} px: {wide}"
+def test_no_lesson_page_is_wider_than_a_phone(layouts: tuple[list[Block], dict[str, int]]) -> None:
+    wide = {path: width for path, width in layouts[1].items() if width > PHONE["width"]}
+    assert layouts[1] and not wide, f"pages wider than {PHONE['width']} px: {wide}"
 
 
 @pytest.mark.parametrize("page", sorted((ROOT / "docs" / "lessons").glob("[0-9]*.md")), ids=lambda p: p.name)
