@@ -2,14 +2,16 @@
 
 Scope: the repository root and ``snippets/`` folder, :class:`GeneratorError`, :class:`MachineDependent` (the
 outputs whose digits depend on the machine's arithmetic), :func:`command_env` (the
-environment of every command a generator or a doc test runs), :func:`run_module` and :func:`run_shell` (a
-command run exactly as the doc tests run it), :func:`read_json` (a committed report) and
+environment of every command a generator or a doc test runs), :func:`run_module` (a command of the package,
+forked from a Python that has imported torch) and :func:`run_shell` (a command run exactly as the doc tests
+run it), :func:`read_json` (a committed report) and
 :func:`provenance_entries` (a ``provenance.json`` beside committed reports or records, checked). Non-scope:
 finding and checking generators (``regenerate.py``), what any snippet says (its generator).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -70,6 +72,11 @@ def command_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 def run_module(*args: str, env: Mapping[str, str] | None = None) -> str:
     """Run ``python -m <args>`` from the repository root and return its stdout.
 
+    The command is forked from a helper Python that has imported torch and nothing of this package
+    (``preloaded_python``; one helper per set of ``env``, kept for the rest of this process): it runs from
+    the module's ``__main__`` as a fresh ``python -m`` would, in the same environment, without paying for
+    torch's import (1 to 1.5 s) each time; a regeneration runs dozens of commands.
+
     Args:
         *args: the module name and its arguments, e.g. ``run_module("mini_deepinfer")``.
         env: extra environment variables, on top of :func:`command_env`.
@@ -77,14 +84,25 @@ def run_module(*args: str, env: Mapping[str, str] | None = None) -> str:
     Raises:
         GeneratorError: the command exited non-zero (the message carries its stderr).
     """
-    cmd = [sys.executable, "-m", *args]
-    proc = subprocess.run(
-        cmd, cwd=ROOT, env=command_env(env), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
-    )
+    proc = _preloaded(env).run_module(ROOT, *args, timeout=COMMAND_TIMEOUT_S)
     if proc.returncode != 0:
         shown = " ".join(["python", "-m", *args])
         raise GeneratorError(f"`{shown}` exited {proc.returncode}:\n{proc.stderr}")
     return proc.stdout
+
+
+_HELPERS: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _preloaded(extra: Mapping[str, str] | None):
+    """The helper Python for commands with ``extra`` environment variables (started on first use)."""
+    from site_scripts.preloaded_python import PreloadedPython
+
+    key = tuple(sorted((extra or {}).items()))
+    if key not in _HELPERS:
+        _HELPERS[key] = PreloadedPython(env=command_env(extra))
+        atexit.register(_HELPERS[key].close)
+    return _HELPERS[key]
 
 
 def run_shell(command: str, timeout_s: int = COMMAND_TIMEOUT_S) -> str:

@@ -117,8 +117,7 @@ def hosted(tmp_path_factory):
 # names it). Each is among the longest pieces of work in the suite: they go out first.
 SHARED_BUILDS = {"hosted": "site", "regeneration": "regeneration"}  # session fixture -> its unit of work
 SHARED_BUILD_FILES = {
-    "tests/test_site_build.py": "site", "tests/test_browser.py": "site", "tests/test_line_widths.py": "site",
-    "tests/test_inpage_run.py": "site",
+    "tests/test_site_build.py": "site", "tests/test_browser.py": "site", "tests/test_inpage_run.py": "site",
     "tests/test_snippets_current.py": "regeneration", "tests/test_regenerate_clean.py": "regeneration",
 }
 

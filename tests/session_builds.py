@@ -7,7 +7,7 @@ workers can share the work), and one build of the site the way the publishing wo
 (:func:`build_hosted`). ``tests/conftest.py`` turns each into a session fixture, and sends every test that
 uses one of them to the same pytest-xdist worker, so neither is made twice. Non-scope: what the tests then
 check (``test_snippets_current.py``, ``test_regenerate_clean.py``, ``test_site_build.py``,
-``test_browser.py``, ``test_line_widths.py``, ``test_inpage_run.py``).
+``test_browser.py``, ``test_inpage_run.py``).
 """
 
 from __future__ import annotations

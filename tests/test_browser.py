@@ -7,7 +7,9 @@ small static server that answers a missing path with the site's ``404.html``, as
 Chromium then opens every page of both languages (the list comes from the build's ``sitemap.xml``) and checks
 that no page logs a console error, that no request fails or leaves 127.0.0.1, that each page's language menu
 leads to its twin, that code blocks are highlighted and mermaid diagrams drawn, that search finds a lesson by
-a Chinese word and by an English word, and that the 404 page works below the sub-path. Screenshots of both
+a Chinese word and by an English word, and that the 404 page works below the sub-path. The same visit of each
+lesson page measures its lines (``tests/test_line_widths.py`` holds them to their bounds): a second visit of
+the 30 lesson pages would be a minute of a test run. Screenshots of both
 home pages and one lesson in each language are written to ``build/screenshots/`` (a build artefact, not
 committed).
 
@@ -33,6 +35,15 @@ from xml.etree import ElementTree
 
 import pytest
 from session_builds import Hosted
+from test_line_widths import (
+    CODE_VISIBLE_SHARE,
+    LESSONS,
+    PHONE,
+    Block,
+    cut_report,
+    lesson_paths,
+    measure_lines,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page, Request, Route
@@ -44,7 +55,7 @@ CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-VIEWPORT = {"width": 1280, "height": 900}
+VIEWPORT = {"width": 1300, "height": 900}  # the window the lesson lines are measured at (test_line_widths)
 LOAD_TIMEOUT_MS = 60_000  # a page waits for its network to go quiet; the other test worker shares the CPU
 TABS_AT_ONCE = 4
 DIAGRAM_TIMEOUT_MS = 10_000  # a diagram mermaid cannot parse is never drawn
@@ -85,6 +96,8 @@ class Visit:
     mermaid_blocks: int = 0
     mermaid_drawn: int = 0
     raw_attributes: list[str] = field(default_factory=list)  # headings or nav entries showing "{#id}"
+    blocks: list[Block] = field(default_factory=list)  # a lesson's highlighted blocks at VIEWPORT
+    phone_width: int | None = None  # a lesson's width at a phone's viewport
 
 
 def _handler(root: Path, not_found: Path) -> type[http.server.SimpleHTTPRequestHandler]:
@@ -225,6 +238,9 @@ def finish_page(page: Page, visit: Visit) -> None:
         visit.mermaid_drawn = page.evaluate(DRAWN_DIAGRAMS)
     visit.switch = language_menu(page)
     visit.raw_attributes = page.eval_on_selector_all(HEADINGS_AND_NAV, SHOWING_RAW_IDS)
+    measured = measure_lines(page, visit.url, VIEWPORT, SCREENSHOTS)  # last: it resizes the page to a phone's
+    if measured is not None:
+        visit.blocks, visit.phone_width = measured
 
 
 def open_page(context: BrowserContext, url: str, lang: str) -> tuple[Page, Visit]:
@@ -258,6 +274,38 @@ def test_sitemap_lists_every_page_in_both_languages(visits: list[Visit], base_ur
 def test_every_page_loads_without_console_errors(visits: list[Visit]) -> None:
     errors = {visit.url: visit.console_errors for visit in visits if visit.console_errors}
     assert not errors
+
+
+# -- lesson lines, measured in the same visits (bounds and measurement: tests/test_line_widths.py) -----------
+
+
+def test_all_thirty_lesson_pages_are_measured(hosted: Hosted, visits: list[Visit], base_url: str) -> None:
+    measured = {block.page for visit in visits for block in visit.blocks}
+    assert len(lesson_paths(hosted)) == 2 * LESSONS
+    assert measured == set(lesson_paths(hosted))
+    assert {visit.url[len(base_url):] for visit in visits if visit.phone_width} == measured
+
+
+def test_no_output_block_needs_sideways_scrolling_at_1300_px(visits: list[Visit]) -> None:
+    outputs = [b for visit in visits for b in visit.blocks if b.output]
+    assert outputs
+    cut = [b for b in outputs if b.cut_off]
+    assert not cut, f"{len(cut)} of {len(outputs)} output blocks cut off:\n{cut_report(cut)}"
+
+
+def test_nine_code_blocks_in_ten_are_whole_at_1300_px(visits: list[Visit]) -> None:
+    code = [b for visit in visits for b in visit.blocks if not b.output]
+    cut = [b for b in code if b.cut_off]
+    assert code
+    assert 1 - len(cut) / len(code) >= CODE_VISIBLE_SHARE, (
+        f"{len(cut)} of {len(code)} code blocks cut off:\n{cut_report(cut)}"
+    )
+
+
+def test_no_lesson_page_is_wider_than_a_phone(visits: list[Visit]) -> None:
+    widths = {visit.url: visit.phone_width for visit in visits if visit.phone_width is not None}
+    wide = {url: width for url, width in widths.items() if width > PHONE["width"]}
+    assert widths and not wide, f"pages wider than {PHONE['width']} px: {wide}"
 
 
 def test_no_request_fails(visits: list[Visit]) -> None:

@@ -7,8 +7,8 @@ happen: what the lesson's command prints in the changed copy, and which tests of
 command fail there. The copy is made under ``tmp_path`` (``mini_deepinfer/``, ``site_scripts/``, ``tests/``,
 ``snippets/`` and the root files the tests need), so the repository itself is never changed; commands run
 with the copy as the working directory, so they import the copy's package; each is forked from a Python that
-has imported torch already (``preloaded_python``: torch's import is most of such a run). Running the commands
-is fast; running the page's tests in the copy (a Python of their own) is marked slow.
+has imported torch already (``site_scripts/preloaded_python.py``: torch's import is most of such a run).
+Running the commands is fast; running the page's tests in the copy (a Python of their own) is marked slow.
 Non-scope: the exercises' prose beyond these claims, and whether the unchanged repository passes those tests
 (the suite itself runs them).
 """
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from preloaded_python import PreloadedPython
+
+from site_scripts.preloaded_python import PreloadedPython
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -312,7 +313,7 @@ def run(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def python():
-    """``python -m`` for the commands: one helper per test process (``preloaded_python``)."""
+    """``python -m`` for the commands: one helper per test process (``site_scripts/preloaded_python.py``)."""
     helper = PreloadedPython()
     yield lambda copy, *args: helper.run_module(copy, *args, timeout=TIMEOUT_S)
     helper.close()

@@ -32,7 +32,7 @@ def test_each_part_of_the_regeneration_is_a_unit_shared_by_its_readers() -> None
 
 def test_the_site_s_readers_share_one_unit_and_other_files_are_units_of_their_own() -> None:
     assert work_unit("tests/test_browser.py::test_x") == "site"
-    assert work_unit("tests/test_line_widths.py::test_y") == "site"
+    assert work_unit("tests/test_inpage_run.py::test_y") == "site"
     assert work_unit("tests/test_loader.py::test_a[1]") == work_unit("tests/test_loader.py::test_b")
     assert work_unit("docs/lessons/01-life-of-a-request.md::line:5,column:1") == (
         "docs/lessons/01-life-of-a-request.md")

@@ -1,15 +1,20 @@
 """``python -m MODULE ARGS`` in a folder, forked from a Python that has already imported torch.
 
-Scope: the tests that run many short commands of this package in scratch copies of it (``test_exercises``).
-Importing torch is about 0.85 s of each such run, more than most of those commands take to run. One helper
-process per test process imports torch, and nothing of this package; for each command it forks, and the child
+Scope: what runs many short commands of this package: the exercises' tests, in scratch copies of it
+(``tests/test_exercises.py``), and the reliability table's bad inputs (``gen_reliability``). Importing torch
+is 0.85 to 1.5 s of each such run, more than most of those commands take to run. One helper process imports
+torch, and nothing of this package; for each command it forks, and the child
 does what ``python -m`` started in that folder would: the folder first on ``sys.path``, ``sys.argv`` set, the
 module run as ``__main__`` (``runpy``), stdin empty, stdout and stderr into files, the exit code from
 ``SystemExit``. The package is imported afresh in every child, from the folder, so a run sees the copy's code
 as the test changed it.
 
-Non-scope: anything that needs a Python of its own (``pytest`` in the copy, signals, environment or locale
-variables, interpreter flags): those tests start ``sys.executable`` themselves.
+The helper's environment (``env``) is every child's: variables that Python reads as it starts
+(``PYTHONHASHSEED``, ``PYTHONIOENCODING``) are set for the helper, and so hold in each command as they would
+in a fresh ``python -m``.
+
+Non-scope: anything that needs a Python of its own (``pytest`` in the copy, signals, an environment or locale
+of its own, interpreter flags): those callers start ``sys.executable`` themselves.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,9 +80,9 @@ class Finished:
 class PreloadedPython:
     """The helper process; ``run_module`` sends it one command at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.process = subprocess.Popen([sys.executable, "-c", HELPER], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True)
+                                        stdout=subprocess.PIPE, text=True, env=env)
         self.folder = Path(tempfile.mkdtemp(prefix="preloaded-python-"))
 
     def run_module(self, cwd: Path, module: str, *args: str, timeout: float) -> Finished:
