@@ -161,6 +161,33 @@ def prefill_floor_rows(report: dict[str, Any]) -> list[str]:
     return rows
 
 
+def variant_rows(report: dict[str, Any]) -> list[str]:
+    """The sides ``--variants`` added (bfloat16, the graph path, compiled): each measurement, and its ratio
+    against our main side and against transformers in the variant's dtype (>1: the variant is faster)."""
+    variants = report.get("variants") or {}
+    if not variants:
+        return []
+    rows = ["| measurement | value | against ours | against transformers, same dtype "
+            "| greedy tokens as ours |", "|---|---:|---:|---:|---|"]
+    for variant in variants.values():
+        spec, cmp = variant["spec"], variant["comparison"]
+        name = f"{spec['engine']}, {spec['dtype']}, {spec['execution']}"
+        theirs = cmp.get("transformers", {})
+        measured = [(f"decode, batch {b} (tokens/s)", f"{d['tokens_per_s']:.2f}", "decode_speedup", b,
+                     f"decode {b}") for b, d in variant["decode"].items()]
+        measured += [(f"prefill, {n} tokens (s)", f"{p['median']:.3f}", "prefill_speedup", n, f"prefill {n}")
+                     for n, p in variant["prefill"].items()]
+        for label, value, kind, key, tokens in measured:
+            against = [f"{c[kind][key]:.2f}x" if key in c.get(kind, {}) else ""
+                       for c in (cmp["ours"], theirs)]
+            same = "yes" if cmp["ours"]["tokens_agree"].get(tokens) else "no"
+            rows.append(f"| {name}: {label} | {value} | {against[0]} | {against[1]} | {same} |")
+        if spec["execution"] == "compiled" and variant.get("capture_s"):
+            rows.append(f"| {name}: compiling every decode bucket, per process (s) | "
+                        f"{variant['capture_s']['median']:.1f} | | | |")
+    return rows
+
+
 def target_rows(report: dict[str, Any]) -> list[str]:
     rows = ["| target | threshold | measured | met |", "|---|---:|---:|---|"]
     for name, t in report["targets"].items():
@@ -282,7 +309,7 @@ def render(name: str, chinese: bool = False) -> str:
     report = read_json(path)
     if name in CPU_KINDS:  # held to today's goals, whenever it was measured
         report = dict(report, targets=targets_of(report))
-    makers = (timing_rows, roofline_rows, prefill_floor_rows, target_rows)
+    makers = (timing_rows, roofline_rows, prefill_floor_rows, target_rows, variant_rows)
     tables = ["\n".join(rows) for rows in (make(report) for make in makers) if rows]
     origin = provenance_block(path, report)
     parts = [describe(report), *([origin] if origin else []), *tables, agreement_line(report)]

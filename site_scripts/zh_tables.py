@@ -57,6 +57,9 @@ HEAD = {  # table head cells
     "prompt tokens computed": "实际计算的 prompt token",
     "reused": "复用的 token",
     "wall s": "总用时（秒）",
+    "against ours": "相对我们",
+    "against transformers, same dtype": "相对同一 dtype 的 transformers",
+    "greedy tokens as ours": "greedy token 与我们相同",
 }
 ROUND_KEYS = {  # the rounds report's summary keys -> what they measure
     "run_wall_ms": "整次运行的墙钟时间",
@@ -110,12 +113,16 @@ PATTERNS = [  # (English, Chinese) for labels and values with a number or a name
     (r"^prefill of (\d+) tokens, transformers time / ours$",
      r"\1 个 token 的 prefill，transformers 的时间 / 我们"),
     (r"^`(\w+)`$", lambda m: f"{ROUND_KEYS[m[1]]}（`{m[1]}`）" if m[1] in ROUND_KEYS else m[0]),
+    (r"^(ours|transformers), (float32|bfloat16|float16), (eager|graphs|compiled): (.*)$",
+     lambda m: f"{SIDES[m[1]]}，{m[2]}，{VARIANT_EXECUTION[m[3]]}：{_variant_measurement(m[4])}"),
 ]
+VARIANT_EXECUTION = {"eager": "eager", "graphs": "图路径", "compiled": "编译后的图路径"}
 SAME = {"identical": "完全相同", "differ": "不同"}
 CASES = {"always": "总是猜对", "sometimes": "有时猜对", "never": "从不猜对", "half-depth": "半深度草稿"}
 SIDES = {"ours": "我们", "transformers": "transformers"}
 VALUES = {  # words among the values
     "yes": "是",
+    "no": "否",
     "**no**": "**否**",
     "not measured": "没有测",
     "does not apply (the targets are set for CPU, float32)": "不适用（目标是为 CPU 上的 float32 定的）",
@@ -192,6 +199,16 @@ LINES = [  # whole lines outside the tables
      r"（视图和内存分配不计）；在加速器上 eager 执行时，每个算子就是主机发出的一个 kernel。"),
     (r"^Most common on the graph path: (.*)\.$", r"图路径上最多的算子：\1。"),
 ]
+
+
+def _variant_measurement(label: str) -> str:
+    """What a variant row measured (``decode, batch 1 (tokens/s)``, ...), in Chinese."""
+    if label == "compiling every decode bucket, per process (s)":
+        return "编译所有 decode 桶，每个进程（秒）"
+    found = _apply(PATTERNS, label)
+    if found is None:
+        raise GeneratorError(f"zh_tables: no Chinese for the variant measurement {label!r}")
+    return found
 
 
 def _agreement(each: str) -> str:

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BUFFER_MIB = 768  # the parent's bandwidth buffer: larger than either side's own peak on the tiny preset
 TINY_RUN = ["--preset", "tiny", "--repeats", "1", "--prefill", "8,20", "--batches", "1,3",
             "--prompt-len", "6", "--new-tokens", "3", "--threads", "1", "--bandwidth-mib", str(BUFFER_MIB)]
+VARIANTS = ["ours-bfloat16", "transformers-bfloat16", "ours-graphs"]  # --compile is tests/test_compile.py's
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess:
@@ -29,7 +30,8 @@ def run_bench(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     output = tmp_path_factory.mktemp("bench") / "tiny.json"
-    proc = run_bench(*TINY_RUN, "--output", str(output))
+    proc = run_bench(*TINY_RUN, "--variants", ",".join(VARIANTS), "--variant-batches", "3", "--output",
+                     str(output))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(output.read_text(encoding="utf-8"))
 
@@ -44,6 +46,33 @@ def test_bench_report_has_every_documented_key(tiny_report: dict) -> None:
     assert set(COMPARISON_KEYS) <= set(tiny_report["comparison"])
     assert set(tiny_report["targets"]) == set(TARGETS)
     assert tiny_report["config"]["decode_prompt_lens"]["3"] == prompt_lengths(3, 6)
+    assert list(tiny_report["variants"]) == VARIANTS
+    for name, variant in tiny_report["variants"].items():
+        assert set(SIDE_KEYS) <= set(variant), name
+        # --variant-batches is for the graph-path variants; the others measure --batches
+        assert set(variant["decode"]) == ({"3"} if name == "ours-graphs" else {"1", "3"}), name
+
+
+@pytest.mark.slow
+def test_bench_variants_are_measured_in_their_dtype_and_execution_and_set_against_the_same_dtype(
+        tiny_report: dict) -> None:
+    variants = tiny_report["variants"]
+    assert {name: (v["spec"]["engine"], v["spec"]["dtype"], v["spec"]["execution"])
+            for name, v in variants.items()} == {
+        "ours-bfloat16": ("ours", "bfloat16", "eager"),
+        "transformers-bfloat16": ("transformers", "bfloat16", "eager"),
+        "ours-graphs": ("ours", "float32", "graphs")}
+    assert set(variants["ours-bfloat16"]["prefill"]) == {"8", "20"}
+    assert variants["ours-graphs"]["prefill"] == {}  # the graph path runs decode rounds only
+    bf16 = variants["ours-bfloat16"]["comparison"]
+    theirs = variants["transformers-bfloat16"]["decode"]["3"]["tokens_per_s"]
+    assert bf16["transformers"]["decode_speedup"]["3"] == (
+        variants["ours-bfloat16"]["decode"]["3"]["tokens_per_s"] / theirs)
+    assert set(bf16) == {"ours", "transformers"}
+    assert set(variants["transformers-bfloat16"]["comparison"]) == {"ours"}
+    # the graph path's greedy tokens are the eager path's, in float32
+    assert variants["ours-graphs"]["comparison"]["ours"]["tokens_agree"] == {"decode 3": True}
+    assert variants["ours-graphs"]["capture_s"] is not None
 
 
 @pytest.mark.slow

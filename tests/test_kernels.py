@@ -136,6 +136,23 @@ def test_linear_every_cpu_form_equals_f_linear_and_blocks_only_float32_on_avx512
     assert len(calls) == (1 if blocks else 0)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_cpu_row_is_a_matrix_vector_product_in_bfloat16_only(dtype, bias, monkeypatch):
+    """One row in bfloat16 goes through ``torch.mv`` (a spy counts its calls) and gives F.linear's numbers;
+    one float32 row and two bfloat16 rows do not take it."""
+    calls = []
+    real = torch.mv
+    monkeypatch.setattr(cpu.torch, "mv", lambda *a: calls.append(1) or real(*a))
+    layer = Linear(SKINNY_MIN_INPUT, 40, bias=bias).to(dtype)
+    for rows in (1, 2):
+        x = torch.randn(rows, SKINNY_MIN_INPUT, dtype=dtype)
+        out = layer(x)
+        assert out.shape == (rows, 40) and out.dtype == dtype
+        torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias), atol=0.05, rtol=0.02)
+    assert len(calls) == (1 if dtype == torch.bfloat16 else 0)
+
+
 def test_merged_projection_equals_its_parts_and_follows_a_load():
     mlp = SwiGLUMLP(16, 24)
     x = randn(3, 16)

@@ -33,11 +33,15 @@ Method, the same on both sides:
   as many rows as the prompt has tokens (the head on one row): the share of a prefill no kernel outside
   the matrix products can win back.
 * The load average is recorded too: on a shared machine absolute times drift, so read the ratios.
+* ``--variants`` adds sides to the same rounds (``VARIANTS``): our engine and transformers in bfloat16, our
+  decode on the graph path's static buffers, and that step compiled. Each is measured like the two main
+  sides, in its own process; ``variant_comparison`` sets it against transformers in the same dtype and
+  against our main side, and ``capture_s`` says what making its decode buckets (compiling them) cost.
 
 JSON keys (``REPORT_KEYS``): ``schema``, ``benchmark``, ``command``, ``date``, ``source_sha``, ``device``,
 ``dtype``, ``torch``, ``transformers``, ``config``, ``load_average``, ``bandwidth``, ``ours``,
-``transformers_side``, ``comparison``, ``targets``. Each side has ``SIDE_KEYS``; ``comparison`` has
-``COMPARISON_KEYS``; ``targets`` maps each of ``TARGETS`` to ``{"value", "threshold", "met"}`` (value and
+``transformers_side``, ``comparison``, ``targets``, ``variants``. Each side has ``SIDE_KEYS``; ``comparison``
+has ``COMPARISON_KEYS``; ``targets`` maps each of ``TARGETS`` to ``{"value", "threshold", "met"}`` (value and
 met are None when the run did not measure it).
 """
 
@@ -67,14 +71,15 @@ from mini_deepinfer.tools.cli import (
     run_command,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PROMPT_SEED = 1234
 PAD_ID = 0
 BANDWIDTH_MIB = 2048  # far larger than any CPU cache
 REPORT_KEYS = ("schema", "benchmark", "command", "date", "source_sha", "device", "dtype", "torch",
                "transformers", "config", "load_average", "bandwidth", "ours", "transformers_side",
-               "comparison", "targets")
-SIDE_KEYS = ("load_s", "threads", "prefill", "decode", "tokens", "linear_floor", "prefill_linear_floor",
+               "comparison", "targets", "variants")
+SIDE_KEYS = ("load_s", "capture_s", "threads", "prefill", "decode", "tokens", "linear_floor",
+             "prefill_linear_floor",
              "rss_before_load_bytes", "peak_device_bytes",
              "peak_rss_after_load_bytes", "peak_rss_bytes", "weight_bytes", "cache_bytes", "load_average",
              "tokens_stable")
@@ -92,6 +97,16 @@ TARGETS: dict[str, tuple[str, float]] = {
     # peak memory: the resident set on CPU, the device allocator's peak on an accelerator
     "peak_memory": ("our peak memory / (weights + largest configured cache)", 1.3),
 }
+# --8<-- [start:variants]
+VARIANTS: dict[str, dict[str, str]] = {
+    # name -> which engine, and how it differs from the main sides (``--dtype``, eager execution)
+    "ours-bfloat16": {"engine": "ours", "dtype": "bfloat16"},
+    "transformers-bfloat16": {"engine": "transformers", "dtype": "bfloat16"},
+    "ours-graphs": {"engine": "ours", "execution": "graphs"},
+    "ours-compiled": {"engine": "ours", "execution": "compiled"},
+}
+"""Extra sides ``--variants`` measures in the same rounds as the main two."""
+# --8<-- [end:variants]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -108,8 +123,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default float32)")
     p.add_argument("--bandwidth-mib", type=int, default=BANDWIDTH_MIB, help="size of the bandwidth buffer")
     p.add_argument("--output", type=Path, help="write the results as JSON here")
+    p.add_argument("--variants", type=variant_names, default=[],
+                   help="extra sides measured in the same rounds, comma-separated: " + ", ".join(VARIANTS))
+    p.add_argument("--variant-batches", type=positive_ints,
+                   help="decode batches of the graph-path variants, ours-graphs and ours-compiled (default: "
+                        "--batches; compiling makes every bucket of each batch's cache before it runs, so "
+                        "fewer batches cost less)")
     add_execution_options(p)
     p.add_argument("--side", choices=["ours", "transformers"], help=argparse.SUPPRESS)
+    p.add_argument("--no-prefill", action="store_true", help=argparse.SUPPRESS)  # a decode-only side
     p.add_argument("--checkpoint", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     too_small = min(args.repeats, args.bandwidth_mib) < 1 or min(args.new_tokens, args.prompt_len) < 2
@@ -124,7 +146,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     args.use_graphs = use_graphs(args.torch_device, execution_choice(args))
     args.compile_step = args.compile  # --compile implies --graphs (execution_choice)
+    if args.variants and args.side is None:
+        for name in args.variants:
+            resolve_dtype(VARIANTS[name].get("dtype", args.dtype))
+    args.variant_batches = args.variant_batches or args.batches
+    if args.no_prefill:
+        args.prefill = []
     return args
+
+
+def variant_names(text: str) -> list[str]:
+    """``--variants``: names of ``VARIANTS``, comma-separated, each once."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in VARIANTS]
+    if unknown or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"use each of {', '.join(VARIANTS)} at most once, got {text!r}")
+    return names
 
 
 # --8<-- [start:prompts]
@@ -339,6 +376,8 @@ def measure_side(args: argparse.Namespace) -> dict[str, Any]:
                                       for n in args.prefill}
     result["weight_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
     result["cache_bytes"] = largest_cache_bytes(model, args) if args.side == "ours" else None
+    # making every runner's decode buckets (compiling them with --compile), before any timed run
+    result["capture_s"] = sum(r.capture_s for r in RUNNERS.values()) if args.side == "ours" else None
     result["load_average"] = {"before": before, "after": load_average()}
     return result
 
@@ -410,34 +449,52 @@ def largest_cache_bytes(model, args: argparse.Namespace) -> int:
     return max(new_cache(model, slots, seqs).nbytes() for slots, seqs in sizes)
 
 
-def run_side(side: str, checkpoint: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Measure one side once (after its warm-up) in a fresh interpreter and return its JSON."""
-    argv = [sys.executable, "-m", "mini_deepinfer.bench", "--side", side, "--checkpoint", str(checkpoint),
-            "--repeats", "1", "--prefill", ",".join(map(str, args.prefill)),
-            "--batches", ",".join(map(str, args.batches)), "--prompt-len", str(args.prompt_len),
+def main_sides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The sides every round measures: ``ours`` and ``transformers`` as the flags say, then each variant."""
+    execution = "compiled" if args.compile_step else "graphs" if args.use_graphs else "eager"
+    sides = {side: {"engine": side, "dtype": args.dtype, "execution": execution, "batches": args.batches}
+             for side in ("ours", "transformers")}
+    for name in args.variants:
+        variant = VARIANTS[name]
+        execution = variant.get("execution", "eager")
+        sides[name] = {"engine": variant["engine"], "dtype": variant.get("dtype", args.dtype),
+                       "execution": execution,
+                       "batches": args.batches if execution == "eager" else args.variant_batches,
+                       # the graph path runs decode rounds only: its prefill is the eager one, not measured
+                       "prefill": execution == "eager"}
+    return sides
+
+
+def run_side(spec: dict[str, Any], checkpoint: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Measure one side (``main_sides``) once (after its warm-up) in a fresh interpreter; its JSON."""
+    execution = {"eager": ["--eager"], "graphs": ["--graphs"], "compiled": ["--compile"]}[spec["execution"]]
+    argv = [sys.executable, "-m", "mini_deepinfer.bench", "--side", spec["engine"], "--checkpoint",
+            str(checkpoint), "--repeats", "1", "--prefill", ",".join(map(str, args.prefill)),
+            "--batches", ",".join(map(str, spec["batches"])), "--prompt-len", str(args.prompt_len),
             "--new-tokens", str(args.new_tokens), "--threads", str(args.threads), "--device", args.device,
-            "--dtype", args.dtype, "--graphs" if args.use_graphs else "--eager"]
-    argv += ["--compile"] if args.compile_step else []
+            "--dtype", spec["dtype"], *execution, *([] if spec.get("prefill", True) else ["--no-prefill"])]
     # on a terminal the side's stderr (its progress bar, any error) goes straight to it
     stderr = None if sys.stderr.isatty() else subprocess.PIPE
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"{side} side failed:\n{(proc.stderr or '(its stderr is above)')[-3000:]}")
+        said = (proc.stderr or "(its stderr is above)")[-3000:]
+        raise RuntimeError(f"{spec.get('name', spec['engine'])} side failed:\n{said}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # --8<-- [start:rounds]
-def run_rounds(checkpoint: Path, args: argparse.Namespace) -> tuple[dict, dict, list[float]]:
-    """``--repeats`` rounds; each measures the bandwidth and both sides once, in fresh processes and in
-    alternating order, so a change in the machine's load during the run falls on both sides alike."""
-    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "transformers": []}
+def run_rounds(checkpoint: Path, args: argparse.Namespace) -> tuple[dict, list[float]]:
+    """``--repeats`` rounds; each measures the bandwidth and every side once, in fresh processes and in
+    alternating order, so a change in the machine's load during the run falls on every side alike."""
+    sides = main_sides(args)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     bandwidth: list[float] = []
     for i in range(args.repeats):
         bandwidth += read_bandwidth_runs(1, args.bandwidth_mib, args.torch_device)
-        for side in ("ours", "transformers") if i % 2 == 0 else ("transformers", "ours"):
-            runs[side].append(run_side(side, checkpoint, args))
+        for name in list(sides) if i % 2 == 0 else list(sides)[::-1]:
+            runs[name].append(run_side(dict(sides[name], name=name), checkpoint, args))
     bandwidth += read_bandwidth_runs(1, args.bandwidth_mib, args.torch_device)
-    return merge_runs(runs["ours"]), merge_runs(runs["transformers"]), bandwidth
+    return {name: dict(merge_runs(results), spec=sides[name]) for name, results in runs.items()}, bandwidth
 # --8<-- [end:rounds]
 
 
@@ -448,6 +505,7 @@ def merge_runs(results: list[dict[str, Any]]) -> dict[str, Any]:
 
     last = results[-1]
     out = dict(last, load_s=joined(lambda r: {"runs": [r["load_s"]]}),
+               capture_s=None if last["capture_s"] is None else joined(lambda r: {"runs": [r["capture_s"]]}),
                load_average=[r["load_average"] for r in results],
                tokens_stable=all(r["tokens"] == last["tokens"] for r in results))
     for key in ("rss_before_load_bytes", "peak_rss_after_load_bytes", "peak_rss_bytes"):
@@ -517,6 +575,34 @@ def targets(comparison: dict[str, Any], applies: bool = True) -> dict[str, dict[
 # --8<-- [end:compare]
 
 
+# --8<-- [start:variant_comparison]
+def variant_comparison(name: str, side: dict[str, Any], report: dict[str, Any],
+                       variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A variant against our main side and against transformers in the variant's dtype (the main
+    transformers side, or the transformers variant of that dtype), where that side measured the same thing:
+    tokens per second at each decode batch and prefill time, as ratios (>1: the variant is faster), and
+    whether the greedy tokens are the same."""
+    spec = side["spec"]
+    same_dtype = [report["transformers_side"]] if spec["dtype"] == report["dtype"] else [
+        v for v in variants.values() if v["spec"]["engine"] == "transformers" and v["spec"]["dtype"] ==
+        spec["dtype"]]
+    against = {"ours": report["ours"]}
+    if spec["engine"] == "ours" and same_dtype:
+        against["transformers"] = same_dtype[0]
+    out: dict[str, Any] = {}
+    for what, other in against.items():
+        decode = {b: d["tokens_per_s"] / other["decode"][b]["tokens_per_s"]
+                  for b, d in side["decode"].items() if b in other["decode"]}
+        prefill = {n: other["prefill"][n]["median"] / p["median"]
+                   for n, p in side["prefill"].items() if n in other["prefill"]}
+        agree = {f"decode {b}": side["tokens"]["decode"][b] == other["tokens"]["decode"][b] for b in decode}
+        agree.update({f"prefill {n}": side["tokens"]["prefill"][n] == other["tokens"]["prefill"][n]
+                      for n in prefill})
+        out[what] = {"decode_speedup": decode, "prefill_speedup": prefill, "tokens_agree": agree}
+    return out
+# --8<-- [end:variant_comparison]
+
+
 def bandwidth_report(runs: list[float], mib: int) -> dict[str, Any]:
     return {"best_gb_per_s": max(runs), "median_gb_per_s": statistics.median(runs), "runs_gb_per_s": runs,
             "bytes": mib * 2**20,
@@ -549,6 +635,14 @@ def format_table(report: dict[str, Any]) -> str:
         verdict = verdict if t["applies"] else "does not apply (set for cpu, float32)"
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
         lines.append(f"target {name}: {value} (threshold {t['threshold']}) {verdict}")
+    for name, variant in report["variants"].items():
+        for what, cmp in variant["comparison"].items():
+            ratios = [f"decode batch {b} {r:.2f}x" for b, r in cmp["decode_speedup"].items()]
+            ratios += [f"prefill {n} {r:.2f}x" for n, r in cmp["prefill_speedup"].items()]
+            lines.append(f"{name} against {what}: {', '.join(ratios)}; tokens agree: "
+                         f"{all(cmp['tokens_agree'].values())}")
+        if variant["capture_s"] is not None and variant["spec"]["execution"] == "compiled":
+            lines.append(f"{name}: compiling its decode buckets took {variant['capture_s']['median']:.1f} s")
     return "\n".join(lines) + "\n"
 
 
@@ -576,17 +670,21 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                    "prefill_lens": args.prefill, "batches": args.batches,
                    "decode_prompt_lens": {str(b): prompt_lengths(b, args.prompt_len) for b in args.batches},
                    "new_tokens": args.new_tokens, "greedy": True, "threads": torch.get_num_threads(),
-                   "transformers_padding": "left", "transformers_attention": "default (sdpa)"},
+                   "transformers_padding": "left", "transformers_attention": "default (sdpa)",
+                   "variants": list(args.variants), "variant_batches": args.variant_batches},
     }
     with tempfile.TemporaryDirectory(prefix="mini-deepinfer-bench-") as tmp:
         checkpoint = Path(tmp) / args.preset
         write_random_checkpoint(checkpoint, args.preset, seed=0, dtype=torch.float32)
         load["before_sides"] = load_average()
-        report["ours"], report["transformers_side"], bandwidth = run_rounds(checkpoint, args)
+        sides, bandwidth = run_rounds(checkpoint, args)
     load["end"] = load_average()
     report["load_average"] = load
+    report["ours"], report["transformers_side"] = sides.pop("ours"), sides.pop("transformers")
     report["bandwidth"] = bandwidth_report(bandwidth, args.bandwidth_mib)
     report["comparison"] = compare(report["ours"], report["transformers_side"], report["bandwidth"])
+    report["variants"] = {name: dict(side, comparison=variant_comparison(name, side, report, sides))
+                          for name, side in sides.items()}
     applies = args.torch_device.type == "cpu" and args.dtype == "float32"
     report["targets"] = targets(report["comparison"], applies)
     return {key: report[key] for key in REPORT_KEYS}

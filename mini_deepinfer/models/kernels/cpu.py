@@ -1,10 +1,10 @@
 """Speed paths that pay off only on a CPU: a ``Linear`` for a few rows and a multiply-add convolution.
 
 Scope: ``Linear`` (``nn.Linear`` with the CPU GEMM for a few rows: the weight on the left, or, in float32 on
-AVX-512 CPUs, the weight in blocks of rows) and ``tap_sum`` (the convolution's multiply-adds over time-major
-rows). Each gives its plain form's result up to float rounding (``tests/test_kernels.py``). Which form runs
-depends only on the shapes, the dtype and the vector instructions torch found on the CPU, never on a timing,
-so a machine gives the same tokens every run.
+AVX-512 CPUs, the weight in blocks of rows; one bfloat16 row as a matrix-vector product) and ``tap_sum`` (the
+convolution's multiply-adds over time-major rows). Each gives its plain form's result up to float rounding
+(``tests/test_kernels.py``). Which form runs depends only on the shapes, the dtype and the vector instructions
+torch found on the CPU, never on a timing, so a machine gives the same tokens every run.
 
 Non-scope: accelerators (every path here falls back to the plain PyTorch call there, or is not used).
 """
@@ -23,6 +23,8 @@ BLOCKED_ROWS = range(4, 9)
 """Row counts for which a float32 ``Linear`` on an AVX-512 CPU takes ``blocked`` instead."""
 BLOCK = 32
 """Weight rows per block in ``blocked``."""
+MV_DTYPES = (torch.bfloat16,)
+"""Dtypes in which ``Linear`` computes one row as ``torch.mv(W, x)`` on CPU."""
 AVX512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
 """Whether torch runs its AVX-512 kernels on this CPU (read once, at import)."""
 
@@ -42,6 +44,11 @@ class Linear(nn.Linear):
     ``blocked`` instead: there ``F.linear`` reads the weight at about half the speed it reaches for one row
     (transformers' "every linear layer once" rows of ``snippets/bench/cpu-qwen3.5-0.8b-intel-xeon.md``: 24.8
     GB/s at batch 1, 14.6 at batch 4, 10.0 at batch 8; ours, through ``blocked``: 28.2, 21.0 and 17.7).
+
+    One row in bfloat16 (a decode step at batch 1, the head of a prefill) goes through ``torch.mv``: the same
+    products, summed the same way (the results are identical), but ``F.linear`` takes another kernel for it,
+    1.3 to 1.5 times slower on every projection of the 0.8B shape on the Intel Xeon with AMX. In float32 the
+    two take the same time there, so float32 keeps ``F.linear``.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -50,9 +57,15 @@ class Linear(nn.Linear):
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear``, or ``(W @ x^T)^T`` for the skinny CPU shapes described in ``Linear``."""
+    """``F.linear``, or on CPU the forms described in ``Linear``: ``mv`` for one bfloat16 row, ``(W @ x^T)^T``
+    or ``blocked`` for the skinny shapes."""
+    if x.device.type != "cpu":
+        return F.linear(x, weight, bias)
+    if x.dim() == 2 and x.shape[0] == 1 and weight.dtype in MV_DTYPES:
+        out = torch.mv(weight, x[0])[None]
+        return out if bias is None else out.add_(bias)
     skinny = x.dim() == 2 and x.shape[0] in SKINNY_ROWS and weight.shape[1] >= SKINNY_MIN_INPUT
-    if x.device.type != "cpu" or not skinny:
+    if not skinny:
         return F.linear(x, weight, bias)
     rows, out_features = x.shape[0], weight.shape[0]
     if AVX512 and weight.dtype == torch.float32 and rows in BLOCKED_ROWS and out_features % BLOCK == 0:
