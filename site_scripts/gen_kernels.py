@@ -7,6 +7,9 @@ static-buffer step that a graph would hold, uncaptured). A dispatch mode counts 
 ``_unsafe_view``, a reshape's view of a fresh result) and allocations (``empty``, ``empty_like``). Module
 hooks say which part of the model each operator belongs to.
 
+The CPU-only form of ``models/kernels/cpu.py`` that one row in bfloat16 takes (a matrix-vector product) is
+turned off while counting, so each projection counts as the product an accelerator runs (``mm``).
+
 What is counted on each path: the graph path counts what one replay holds (``DecodeGraphs._step``: the
 in-flight gather, the forward, greedy argmax, the non-finite flag, the copy of the tokens); the eager path
 counts the forward and the sampling that follows it. Staging the round's inputs on the host is not counted.
@@ -112,6 +115,18 @@ def build_engine_for(model: nn.Module, graphs: bool):
     return build_engine(model, config, **{flag: graphs})
 
 
+@contextmanager
+def accelerator_forms() -> Iterator[None]:
+    """While inside, ``Linear`` computes one bfloat16 row as an accelerator does (no ``torch.mv``)."""
+    from mini_deepinfer.models.kernels import cpu
+
+    kept, cpu.MV_DTYPES = cpu.MV_DTYPES, ()
+    try:
+        yield
+    finally:
+        cpu.MV_DTYPES = kept
+
+
 def count_decode_step(model: nn.Module, graphs: bool) -> KernelCount:
     """Prefill one prompt, then count the kernels of one decode step."""
     from mini_deepinfer.core.request import SamplingParams
@@ -127,6 +142,7 @@ def count_decode_step(model: nn.Module, graphs: bool) -> KernelCount:
     else:
         targets = [(model, "forward"), (model_runner, "sample"), (model_runner, "flag_non_finite")]
     with ExitStack() as stack:
+        stack.enter_context(accelerator_forms())
         for owner, name in targets:
             stack.enter_context(counting_inside(owner, name, counter))
         stack.enter_context(labelled(model, counter))

@@ -184,7 +184,7 @@ def variant_rows(report: dict[str, Any]) -> list[str]:
             rows.append(f"| {name}: {label} | {value} | {against[0]} | {against[1]} | {same} |")
         if spec["execution"] == "compiled" and variant.get("capture_s"):
             rows.append(f"| {name}: compiling every decode bucket, per process (s) | "
-                        f"{variant['capture_s']['median']:.1f} | | | |")
+                        f"{_spread(variant['capture_s'], digits=1)} | | | |")
     return rows
 
 
@@ -222,6 +222,14 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "prefill": "); transformers took {prefill}x our time to prefill {longest} tokens. ",
         "goals": "Of the {n} goals measured, {met} {verb} met", "verbs": ("is", "are"),
         "missed": "; not met: ", "miss": "{what} ({value} against {threshold})", "between": "; ", "end": ".",
+        "bf16": " In bfloat16, our decode's tokens per second against our float32: {ours}; against "
+                "transformers' bfloat16: {theirs}; our float32 prefill of {longest} tokens took {prefill}x "
+                "our bfloat16 time.",
+        "ratios": "{v}x at batch {b}",
+        "compiled": " Compiled (`--compile`), against our eager float32 steps: {ratio}, after {low} to "
+                    "{high} s of compiling in each process (torch keeps what it compiled in a cache on disk, "
+                    "so a later process compiles less).",
+        "none": " This run measured no bfloat16 or compiled variant.",
     },
     "zh": {
         "start": "在这块 CPU（{cpu}，{isa}）上，我们 decode 每秒的 token 数是 ", "no_isa": "没有记录向量指令",
@@ -234,6 +242,14 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "goals": "测到的 {n} 项目标里达到 {met} 项", "verbs": ("", ""),
         "missed": "；没有达到的：", "miss": "{what}（{value}，目标 {threshold}）", "between": "；",
         "end": "。",
+        "bf16": "用 bfloat16 时，我们 decode 每秒的 token 数相对我们的 float32：{ours}；相对 transformers "
+                "的 bfloat16：{theirs}；{longest} 个 token 的 prefill，我们 float32 用的时间是 bfloat16 的 "
+                "{prefill} 倍。",
+        "ratios": "batch {b} 时 {v} 倍",
+        "compiled": "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}；"
+                    "每个进程先要编译 {low} 到 {high} 秒（torch 把编译结果存在磁盘缓存里，"
+                    "后来的进程编译得少）。",
+        "none": "这次运行没有测 bfloat16 或编译的变体。",
     },
 }
 
@@ -271,6 +287,35 @@ def reading(report: dict[str, Any]) -> tuple[str, str] | None:
             words["floor"].format(**values) if floor_gb > best_gb else "",
             words["prefill"].format(**values), words["goals"].format(**values, verb=verb),
             words["missed"] + words["between"].join(misses) if missed else "", words["end"]]))
+    extra = variants_reading(report)
+    return said[0] + extra[0], said[1] + extra[1]
+
+
+def variants_reading(report: dict[str, Any]) -> tuple[str, str]:
+    """The sentences on the bfloat16 and compiled variants of a CPU result (``--variants``), in both
+    languages; for a run that measured none, a sentence that says so."""
+    variants = report.get("variants") or {}
+    bf16 = next((v for v in variants.values()
+                 if v["spec"]["engine"] == "ours" and v["spec"]["dtype"] == "bfloat16"), None)
+    compiled = next((v for v in variants.values() if v["spec"]["execution"] == "compiled"), None)
+    said = []
+    for words in PHRASES.values():
+        text = "" if bf16 or compiled else words["none"]
+        if bf16 is not None:
+            cmp = bf16["comparison"]
+            longest = max(cmp["ours"]["prefill_speedup"], key=int)
+            ratios = {what: words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b)
+                                              for b, v in cmp[what]["decode_speedup"].items())
+                      for what in ("ours", "transformers")}
+            text += words["bf16"].format(ours=ratios["ours"], theirs=ratios["transformers"], longest=longest,
+                                         prefill=f"{cmp['ours']['prefill_speedup'][longest]:.2f}")
+        if compiled is not None:
+            speedups = compiled["comparison"]["ours"]["decode_speedup"].items()
+            ratio = words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b) for b, v in speedups)
+            seconds = compiled["capture_s"]
+            text += words["compiled"].format(ratio=ratio, low=f"{seconds['min']:.0f}",
+                                             high=f"{seconds['max']:.0f}")
+        said.append(text)
     return said[0], said[1]
 
 

@@ -52,8 +52,8 @@ def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
         assert target["what"] in english
     measured = sum(t["met"] is not None for t in report["targets"].values())
     assert f"Of the {measured} goals measured, {measured - len(missed)} " in english
-    words = re.sub(r"transformers|roofline|prefill|decode|batch|token|GB/s|AVX\w*", "",
-                   chinese.replace(report["device"]["name"], ""))
+    kept = r"transformers|roofline|prefill|decode|batch|token|GB/s|AVX\w*|b?float\d+|eager|--compile|torch"
+    words = re.sub(kept, "", chinese.replace(report["device"]["name"], ""))
     assert not re.search(r"[A-Za-z]{4,}", words), f"English left in: {chinese}"
 
 
@@ -66,3 +66,29 @@ def test_another_number_gives_another_paragraph_and_goals_are_today_s(report) ->
     assert "9.87x transformers' tokens per second at batch 1" in english
     assert changed["targets"]["decode_batch1_vs_transformers"]["met"] is True
     assert "decode tok/s at batch 1" not in english.split("not met")[-1]
+
+
+def test_the_variants_sentences_are_made_of_their_numbers_or_say_none_ran(report) -> None:
+    english, chinese = gen_performance.variants_reading(report)
+    variants = {(v["spec"]["dtype"], v["spec"]["execution"]): v
+                for v in (report.get("variants") or {}).values() if v["spec"]["engine"] == "ours"}
+    if not variants:
+        assert english == " This run measured no bfloat16 or compiled variant."
+        assert chinese == "这次运行没有测 bfloat16 或编译的变体。"
+        return
+    def listed(speedups: dict[str, float]) -> tuple[str, str]:
+        return (", ".join(f"{v:.2f}x at batch {b}" for b, v in speedups.items()),
+                "，".join(f"batch {b} 时 {v:.2f} 倍" for b, v in speedups.items()))
+
+    said = [(("bfloat16", "eager"), "ours", "against our float32: ", "相对我们的 float32："),
+            (("bfloat16", "eager"), "transformers", "against transformers' bfloat16: ",
+             "相对 transformers 的 bfloat16："),
+            (("float32", "compiled"), "ours", "against our eager float32 steps: ", "相对 eager 的 float32：")]
+    for key, against, words, zh_words in said:  # each figure next to what it is measured against
+        if key in variants:
+            en, zh = listed(variants[key]["comparison"][against]["decode_speedup"])
+            assert words + en in english and zh_words + zh in chinese, (key, against)
+    compiled = variants.get(("float32", "compiled"))
+    if compiled is not None:
+        seconds = compiled["capture_s"]
+        assert f"after {seconds['min']:.0f} to {seconds['max']:.0f} s of compiling" in english

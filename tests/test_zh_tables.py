@@ -22,7 +22,8 @@ BENCH = ROOT / "snippets" / "bench"
 ZH_SNIPPETS = sorted(BENCH.rglob("*.zh.md"))
 # English words the Chinese pages use as they are (terms, names, units)
 KEPT = {"prefill", "decode", "token", "batch", "prompt", "roofline", "transformers", "eager", "launch", "MLP",
-        "Gated", "DeltaNet", "mixer", "norm", "GiB", "GB", "dtype", "torch", "greedy", "checkout"}
+        "Gated", "DeltaNet", "mixer", "norm", "GiB", "GB", "dtype", "torch", "greedy", "checkout",
+        "float", "bfloat"}  # the dtype names float32 and bfloat16
 ZH_PAGES = [ROOT / "docs" / "performance" / "index.md",
             ROOT / "docs" / "notes" / "cross-round-and-chunking.md"]
 

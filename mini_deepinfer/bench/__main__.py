@@ -576,7 +576,7 @@ def targets(comparison: dict[str, Any], applies: bool = True) -> dict[str, dict[
 
 
 # --8<-- [start:variant_comparison]
-def variant_comparison(name: str, side: dict[str, Any], report: dict[str, Any],
+def variant_comparison(side: dict[str, Any], report: dict[str, Any],
                        variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A variant against our main side and against transformers in the variant's dtype (the main
     transformers side, or the transformers variant of that dtype), where that side measured the same thing:
@@ -683,7 +683,7 @@ def run_benchmark(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     report["ours"], report["transformers_side"] = sides.pop("ours"), sides.pop("transformers")
     report["bandwidth"] = bandwidth_report(bandwidth, args.bandwidth_mib)
     report["comparison"] = compare(report["ours"], report["transformers_side"], report["bandwidth"])
-    report["variants"] = {name: dict(side, comparison=variant_comparison(name, side, report, sides))
+    report["variants"] = {name: dict(side, comparison=variant_comparison(side, report, sides))
                           for name, side in sides.items()}
     applies = args.torch_device.type == "cpu" and args.dtype == "float32"
     report["targets"] = targets(report["comparison"], applies)
