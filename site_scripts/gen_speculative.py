@@ -124,6 +124,43 @@ def bench_table() -> str:
     return format_markdown(read_json(BENCH_JSON))
 
 
+SPEC_READING = {  # the paragraph under the CPU cost table, in each language (``bench_reading``)
+    "en": ("On this CPU one verify forward of the target costs {forward_lo} to {forward_hi} times a plain "
+           "decode forward, and the draft takes {draft_lo} to {draft_hi} of the time, so {verdict} Fewer "
+           "target forwards do not by themselves make a request faster.\n"),
+    "zh": ("在这台 CPU 上，目标模型的一次验证前向是一次普通 decode 前向的 {forward_lo}–{forward_hi} 倍，"
+           "草稿模型又占去 {draft_lo}–{draft_hi} 的时间，所以{verdict}少做几次目标模型前向并不等于更快。\n"),
+}
+SPECULATION = {"en": "[speculation](../reference/glossary.md#speculative-decoding)",
+               "zh": "[投机解码](../reference/glossary.md#speculative-decoding)"}
+SPEC_VERDICTS = {
+    "en": {"slower": "{speculation} is slower in every case here; the closest to plain decoding is `{best}`, "
+                     "at {ratio}x its time.",
+           "faster": "{speculation} is slower in most cases here; {faster} took less time than plain "
+                     "decoding (`{best}` {ratio}x its time)."},
+    "zh": {"slower": "这里每种情况下{speculation}都更慢；离普通 decode 最近的是 `{best}`，"
+                     "用时是它的 {ratio} 倍。",
+           "faster": "这里大多数情况下{speculation}更慢；{faster} 比普通 decode 用时少（`{best}` 是它的 "
+                     "{ratio} 倍）。"},
+}
+
+
+def bench_reading(lang: str) -> str:
+    """What the CPU cost table says, made from its numbers (the performance page's paragraph under it)."""
+    results = read_json(BENCH_JSON)["results"]
+    spec = {name: r for name, r in results.items() if name != "plain"}
+    forwards = [r["target_forward_vs_plain"] for r in spec.values()]
+    drafts = [r["draft_share"] for r in spec.values()]
+    best = min(spec, key=lambda name: spec[name]["wall_vs_plain"])
+    faster = [name for name, r in spec.items() if r["wall_vs_plain"] < 1]
+    verdict = SPEC_VERDICTS[lang]["faster" if faster else "slower"].format(
+        speculation=SPECULATION[lang], best=best, ratio=f"{spec[best]['wall_vs_plain']:.2f}",
+        faster=", ".join(f"`{name}`" for name in faster))
+    return SPEC_READING[lang].format(forward_lo=f"{min(forwards):.2f}", forward_hi=f"{max(forwards):.2f}",
+                                     draft_lo=f"{min(drafts):.0%}", draft_hi=f"{max(drafts):.0%}",
+                                     verdict=verdict)
+
+
 OUTPUTS = {
     "speculative/acceptance.txt": lambda: run_module(DEMO, "--cpu-example", "acceptance", "--trace-rounds"),
     "speculative/rejection.txt": lambda: run_module(DEMO, "--cpu-example", "rejection", "--trace-rounds",
@@ -135,4 +172,6 @@ OUTPUTS = {
     "speculative/bad-width.txt": lambda: run_shell(BAD_WIDTH),
     "bench/speculative-cpu.md": bench_table,
     "bench/speculative-cpu.zh.md": lambda: translate(bench_table()),
+    "performance/speculative-cpu.md": lambda: bench_reading("en"),
+    "performance/speculative-cpu.zh.md": lambda: bench_reading("zh"),
 }

@@ -58,3 +58,27 @@ def test_the_committed_cpu_results_have_the_same_shape():
     committed = json.loads(COMMITTED.read_text(encoding="utf-8"))
     assert tuple(committed) == REPORT_KEYS and committed["device"]["type"] == "cpu"
     assert committed["checks"]["tokens_identical"] and committed["checks"]["slots_returned"]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_paragraph_under_the_cpu_cost_table_is_made_of_its_numbers(lang, monkeypatch):
+    """The performance page's sentence under the table (``gen_speculative.bench_reading``): the range of the
+    verify forward's cost and of the draft's share, and the case closest to plain decoding, from the report;
+    a faster case changes the verdict."""
+    from site_scripts import gen_speculative
+    from site_scripts.common import read_json
+
+    report = read_json(gen_speculative.BENCH_JSON)
+    cases = {name: r for name, r in report["results"].items() if name != "plain"}
+    text = gen_speculative.bench_reading(lang)
+    forwards = sorted(r["target_forward_vs_plain"] for r in cases.values())
+    drafts = sorted(r["draft_share"] for r in cases.values())
+    for value in (f"{forwards[0]:.2f}", f"{forwards[-1]:.2f}", f"{drafts[0]:.0%}", f"{drafts[-1]:.0%}"):
+        assert value in text
+    best = min(cases, key=lambda name: cases[name]["wall_vs_plain"])
+    assert f"`{best}`" in text and f"{cases[best]['wall_vs_plain']:.2f}" in text
+    faster = json.loads(json.dumps(report))
+    faster["results"]["always k=2"]["wall_vs_plain"] = 0.5
+    monkeypatch.setattr(gen_speculative, "read_json", lambda path: faster)
+    changed = gen_speculative.bench_reading(lang)
+    assert "`always k=2`" in changed and "0.50" in changed and changed != text
