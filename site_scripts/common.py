@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = [
     "ROOT", "SNIPPETS", "GeneratorError", "MachineDependent",
-    "command_env", "provenance_entries", "read_json", "run_module", "run_shell",
+    "command_env", "preloaded_python", "provenance_entries", "read_json", "run_module", "run_shell",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def run_module(*args: str, env: Mapping[str, str] | None = None) -> str:
     Raises:
         GeneratorError: the command exited non-zero (the message carries its stderr).
     """
-    proc = _preloaded(env).run_module(ROOT, *args, timeout=COMMAND_TIMEOUT_S)
+    proc = preloaded_python(env).run_module(ROOT, *args, timeout=COMMAND_TIMEOUT_S)
     if proc.returncode != 0:
         shown = " ".join(["python", "-m", *args])
         raise GeneratorError(f"`{shown}` exited {proc.returncode}:\n{proc.stderr}")
@@ -94,8 +94,9 @@ def run_module(*args: str, env: Mapping[str, str] | None = None) -> str:
 _HELPERS: dict[tuple[tuple[str, str], ...], Any] = {}
 
 
-def _preloaded(extra: Mapping[str, str] | None):
-    """The helper Python for commands with ``extra`` environment variables (started on first use)."""
+def preloaded_python(extra: Mapping[str, str] | None = None):
+    """The helper Python (``preloaded_python.PreloadedPython``) whose commands run in :func:`command_env` with
+    ``extra`` variables: started on first use, shared by every generator of this process, closed at exit."""
     from site_scripts.preloaded_python import PreloadedPython
 
     key = tuple(sorted((extra or {}).items()))

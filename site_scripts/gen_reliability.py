@@ -2,8 +2,8 @@
 
 Scope: writing a random ``tiny`` checkpoint and broken copies of it into a temporary folder, running
 ``python -m mini_deepinfer.generate`` once per bad input (each forked from a Python that has imported torch:
-``preloaded_python``), checking that each run ends with exit code 2 and
-exactly one stderr line without a traceback, and rendering the results as a Markdown table. Paths under the
+``common.preloaded_python``), checking that each run ends with exit code 2 and exactly one stderr line without
+a traceback, and rendering the results as a Markdown table. Paths under the
 temporary folder are shown as ``weights/...``, the machine's memory as ``<memory>``, an undecodable argument
 byte as ``$'\\xff'``. The second table lists each kind of failure the commands guard against and the test
 that holds it (``tests/test_reliability.py`` checks that every test named there exists).
@@ -21,8 +21,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from site_scripts.common import ROOT, GeneratorError, command_env
-from site_scripts.preloaded_python import PreloadedPython
+from site_scripts.common import ROOT, GeneratorError, preloaded_python
 
 PROMPT = ["--prompt", "Hello", "--raw"]
 HIDDEN_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # the same message on a machine with or without a GPU
@@ -212,15 +211,15 @@ def cases() -> list[tuple[str, list[str]]]:
     ]
 
 
-def run_case(args: list[str], root: Path, python: PreloadedPython) -> tuple[int, str]:
+def run_case(args: list[str], root: Path) -> tuple[int, str]:
     """Run ``generate`` with ``args``; return its exit code and its single stderr line (paths masked).
 
-    The command is ``python -m mini_deepinfer.generate`` forked from ``python``, a helper that has imported
-    torch and nothing of this package (``preloaded_python``): the command runs from its ``main`` as a fresh
-    one would, without paying for torch's import (1 to 1.5 s) in each of the cases.
+    The command is ``python -m mini_deepinfer.generate`` forked from the generators' helper Python, which has
+    imported torch and nothing of this package (``common.preloaded_python``): the command runs from its
+    ``main`` as a fresh one would, without paying for torch's import (1 to 1.5 s) in each of the cases.
     """
     argv = [a.replace("{w}", str(root)).replace(NOT_UTF8, os.fsdecode(b"\xff")) for a in args]
-    proc = python.run_module(ROOT, "mini_deepinfer.generate", *argv, timeout=TIMEOUT_S)
+    proc = preloaded_python(HIDDEN_GPU).run_module(ROOT, "mini_deepinfer.generate", *argv, timeout=TIMEOUT_S)
     err = TORCH_VERSION.sub("(torch <version>)", proc.stderr.replace(str(root), "weights"))
     err = MEMORY.sub("there are <memory> of memory on this machine", err)
     if proc.returncode != 2 or err.count("\n") != 1 or not err.endswith("\n") or "Traceback" in err:
@@ -245,13 +244,9 @@ def bad_inputs_table() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp).resolve()
         prepare(root)
-        python = PreloadedPython(env=command_env(HIDDEN_GPU))
-        try:
-            for case, args in sorted(cases()):
-                code, err = run_case(args, root, python)
-                lines.append(f"| {case} | {cell(shown_command(args))} | {cell(err)} | {code} |")
-        finally:
-            python.close()
+        for case, args in sorted(cases()):
+            code, err = run_case(args, root)
+            lines.append(f"| {case} | {cell(shown_command(args))} | {cell(err)} | {code} |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,10 +1,10 @@
 """``python -m MODULE ARGS`` in a folder, forked from a Python that has already imported torch.
 
 Scope: what runs many short commands of this package: the exercises' tests, in scratch copies of it
-(``tests/test_exercises.py``), and the reliability table's bad inputs (``gen_reliability``). Importing torch
-is 0.85 to 1.5 s of each such run, more than most of those commands take to run. One helper process imports
-torch, and nothing of this package; for each command it forks, and the child
-does what ``python -m`` started in that folder would: the folder first on ``sys.path``, ``sys.argv`` set, the
+(``tests/test_exercises.py``), and the snippet generators (``common.run_module``, and the reliability table's
+bad inputs). Importing torch is 0.85 to 1.5 s of each such run, more than most of those commands take to run.
+One helper process imports torch, and nothing of this package; for each command it forks, and the child does
+what ``python -m`` started in that folder would: the folder first on ``sys.path``, ``sys.argv`` set, the
 module run as ``__main__`` (``runpy``), stdin empty, stdout and stderr into files, the exit code from
 ``SystemExit``. The package is imported afresh in every child, from the folder, so a run sees the copy's code
 as the test changed it.

@@ -8,10 +8,9 @@ Chromium then opens every page of both languages (the list comes from the build'
 that no page logs a console error, that no request fails or leaves 127.0.0.1, that each page's language menu
 leads to its twin, that code blocks are highlighted and mermaid diagrams drawn, that search finds a lesson by
 a Chinese word and by an English word, and that the 404 page works below the sub-path. The same visit of each
-lesson page measures its lines (``tests/test_line_widths.py`` holds them to their bounds): a second visit of
-the 30 lesson pages would be a minute of a test run. Screenshots of both
-home pages and one lesson in each language are written to ``build/screenshots/`` (a build artefact, not
-committed).
+lesson page measures its lines against the bounds of ``tests/test_line_widths.py`` (a second visit of the 30
+lesson pages would be a minute of a test run). Screenshots of both home pages and one lesson in each language
+are written to ``build/screenshots/`` (a build artefact, not committed).
 
 Non-scope: what the pages say, and the strict build's own checks (``tests/test_site_build.py``). GitHub Pages
 itself: on the hosted site a missing path gets the ``404.html`` at the root of the published branch, which

@@ -46,9 +46,11 @@ class Linear(nn.Linear):
     GB/s at batch 1, 14.6 at batch 4, 10.0 at batch 8; ours, through ``blocked``: 28.2, 21.0 and 17.7).
 
     One row in bfloat16 (a decode step at batch 1, the head of a prefill) goes through ``torch.mv``: the same
-    products, summed the same way (the results are identical), but ``F.linear`` takes another kernel for it,
-    1.3 to 1.5 times slower on every projection of the 0.8B shape on the Intel Xeon with AMX. In float32 the
-    two take the same time there, so float32 keeps ``F.linear``.
+    products and sums (``tests/test_kernels.py`` compares them), but ``F.linear`` takes a slower kernel for
+    it on the Intel Xeon with AMX. Every linear layer once at batch 1 took 79.9 ms there through ``mv`` and
+    93.1 ms through transformers' ``nn.Linear`` (``linear_floor`` of the ``ours-bfloat16`` and
+    ``transformers-bfloat16`` variants in ``snippets/bench/cpu-qwen3.5-0.8b-intel-xeon.json``). Float32 keeps
+    ``F.linear``.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
