@@ -19,6 +19,7 @@ from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.runtime.sampling import (
     _invert_cdf,
     draw,
+    greedy_tokens,
     make_generator,
     probabilities,
     sample,
@@ -68,6 +69,18 @@ def test_greedy_equals_argmax() -> None:
     tokens = sample(logits, [GREEDY] * 6, [None] * 6)
     assert tokens.dtype == torch.int64
     assert torch.equal(tokens, logits.argmax(dim=-1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_tokens_are_argmax_on_ties_nan_and_infinities(dtype: torch.dtype) -> None:
+    nan, inf = float("nan"), float("inf")
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [-inf] * 4, [1.0, nan, 5.0, nan], [2.0] * 4,
+                           [-inf, 0.0, inf, inf]], dtype=dtype)
+    assert greedy_tokens(logits).tolist() == [1, 0, 1, 0, 2] == logits.argmax(dim=-1).tolist()
+    # ties spread over a Qwen3.5-sized row, which CPU kernels split between threads
+    few_values = torch.randint(0, 4, (3, 248_320), generator=torch.Generator().manual_seed(0)).to(dtype)
+    assert torch.equal(greedy_tokens(few_values), few_values.argmax(dim=-1))
+    assert int(greedy_tokens(few_values[1])) == int(few_values[1].argmax())
 
 
 def test_top_k_one_equals_greedy_even_with_ties() -> None:

@@ -41,7 +41,7 @@ from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.forward_batch import RoundLayout
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.device import device_module
-from mini_deepinfer.runtime.sampling import flag_non_finite
+from mini_deepinfer.runtime.sampling import flag_non_finite, greedy_tokens
 from mini_deepinfer.runtime.staging import Padding, SeqInput, Staging, batch_from_views, stage_round
 
 Segments = list[tuple[str, int, bool]]
@@ -78,7 +78,7 @@ def decode_step_ref(model: CausalLM, cache: HybridCache, layout: RoundLayout, se
     views = Staging.views(segments, static)
     batch = batch_from_views(layout, views).with_in_flight(sampled)
     logits = model(batch, cache)
-    return flag_non_finite(logits, torch.argmax(logits, dim=-1))
+    return flag_non_finite(logits, greedy_tokens(logits))
 # --8<-- [end:decode_step_ref]
 
 

@@ -11,7 +11,7 @@ speculative decoding (``speculative/verify.py``), and validation of user input: 
 Three invariants shape the code:
 
 * **Batch invariance.** A row's token depends only on that row's logits, its parameters and its own
-  generator. Greedy rows use one vectorised ``argmax`` (exact, first index wins ties); every sampled row is
+  generator. Greedy rows use one vectorised argmax (``greedy_tokens``: exact, first index wins ties); every sampled row is
   filtered and drawn on its own, so no reduction ever mixes rows.
 * **Reproducibility.** Each sampled token consumes exactly one uniform number from its request's generator,
   drawn by inverting the cumulative distribution. Greedy rows consume none. So a seed fixes the tokens,
@@ -196,6 +196,14 @@ def _sample_row(row: torch.Tensor, params: SamplingLike, u: torch.Tensor) -> tor
 # --8<-- [end:draw_one]
 
 
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """The index of the largest logit along the last dimension (int64): ``argmax``, computed as
+    ``max(dim=-1).indices``. Both give the first index of the largest value, a NaN counting as largest
+    (``tests/test_sampling.py`` compares them on ties and NaN); on CPU ``max`` takes a vectorised kernel,
+    2 to 3 times faster than ``argmax``'s over the 248,320 logits of a Qwen3.5 row."""
+    return logits.max(dim=-1).indices
+
+
 # --8<-- [start:sample]
 def sample(
     logits: torch.Tensor,
@@ -226,7 +234,7 @@ def sample(
     if uniforms is None and any(not p.greedy for p in params):
         drawn = draw_uniforms(params, generators if generators is not None else [None] * len(params))
         uniforms = torch.tensor(drawn, dtype=torch.float64).to(logits.device)
-    tokens = torch.argmax(logits, dim=-1)
+    tokens = greedy_tokens(logits)
     for i, row_params in enumerate(params):
         if not row_params.greedy:
             tokens[i : i + 1] = _sample_row(logits[i], row_params, uniforms[i : i + 1])
@@ -238,7 +246,7 @@ def _row_probabilities(row: torch.Tensor, params: SamplingLike) -> torch.Tensor:
     """The filtered distribution of one row in vocabulary order, float64 on the CPU, summing to 1."""
     if params.greedy:
         one_hot = torch.zeros(row.numel(), dtype=torch.float64)
-        one_hot[int(torch.argmax(row))] = 1.0
+        one_hot[int(greedy_tokens(row))] = 1.0
         return one_hot
     kept_probs, ids = _distribution(row, params)
     probs = torch.zeros(row.numel(), dtype=torch.float64)

@@ -17,7 +17,7 @@ import torch
 from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
-from mini_deepinfer.runtime.sampling import draw, probabilities
+from mini_deepinfer.runtime.sampling import draw, greedy_tokens, probabilities
 from mini_deepinfer.runtime.staging import SeqInput, batch_from_inputs
 
 __all__ = ["DraftJob", "DraftSettle", "ModelDraft", "Proposal", "check_same_vocabulary", "draft_keeps"]
@@ -137,7 +137,7 @@ class ModelDraft:
     def _choose(self, job: DraftJob, row: torch.Tensor, prop: Proposal) -> None:
         """Greedy requests take the draft's argmax; sampled ones draw from its filtered distribution q."""
         if job.generator is None:
-            prop.drafts.append(int(torch.argmax(row)))
+            prop.drafts.append(int(greedy_tokens(row)))
             return
         q_row = probabilities(row, job.params)
         prop.drafts.append(draw(q_row, job.generator))

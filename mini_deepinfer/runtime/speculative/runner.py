@@ -26,7 +26,7 @@ from mini_deepinfer.core.speculative import SpeculativeResult, SpeculativeSeqPla
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.model_runner import ModelRunner
-from mini_deepinfer.runtime.sampling import check_finite, flag_non_finite, probabilities, sample
+from mini_deepinfer.runtime.sampling import check_finite, flag_non_finite, greedy_tokens, probabilities, sample
 from mini_deepinfer.runtime.speculative.draft import DraftJob, DraftSettle, ModelDraft, Proposal, draft_keeps
 from mini_deepinfer.runtime.speculative.verify import AcceptStep, verify_greedy, verify_sampled
 
@@ -175,7 +175,7 @@ class SpeculativeRunner(ModelRunner):
     # --8<-- [start:verify]
     def _verify(self, round_id: int, job: DraftJob, prop: Proposal, rows: torch.Tensor) -> list[int]:
         """Accept a prefix of the drafts: the group this request delivers (``rewind`` follows the commit)."""
-        argmax = flag_non_finite(rows, torch.argmax(rows, dim=-1)).tolist()
+        argmax = flag_non_finite(rows, greedy_tokens(rows)).tolist()
         check_finite(round_id, [job.request_id] * len(argmax), argmax)
         steps: list[AcceptStep] = []
         if job.generator is None:
