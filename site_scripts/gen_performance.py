@@ -222,6 +222,8 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "prefill": "); transformers took {prefill}x our time to prefill {longest} tokens. ",
         "goals": "Of the {n} goals measured, {met} {verb} met", "verbs": ("is", "are"),
         "missed": "; not met: ", "miss": "{what} ({value} against {threshold})", "between": "; ", "end": ".",
+        "bound": " At batch 1, {threshold}x would need a step of {need} ms; every linear layer once took {ours} ms "
+                 "on our side and {theirs} ms on transformers', before the rest of the step.",
         "bf16": " In bfloat16, our decode's tokens per second against our float32: {ours}; against "
                 "transformers' bfloat16: {theirs}; our float32 prefill of {longest} tokens took {prefill}x "
                 "our bfloat16 time.",
@@ -229,7 +231,12 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "compiled": " Compiled (`--compile`), against our eager float32 steps: {ratio}, after {low} to "
                     "{high} s of compiling in each process (torch keeps what it compiled in a cache on disk, "
                     "so a later process compiles less).",
-        "none": " This run measured no bfloat16 or compiled variant.",
+        "graphs": " On the graph path (`--graphs`: static buffers, nothing captured on a CPU), against our eager "
+                  "float32 steps: {ratio}.",
+        "eager_wins": " Eager, the default, was the faster of the two at every batch.",
+        "payback": " A compiled step at batch {b} saved {saved} ms, so even the shortest compile took about "
+                   "{steps} decode steps to pay back.",
+        "none": " This run measured no bfloat16, graph-path or compiled variant.",
     },
     "zh": {
         "start": "在这块 CPU（{cpu}，{isa}）上，我们 decode 每秒的 token 数是 ", "no_isa": "没有记录向量指令",
@@ -242,6 +249,8 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "goals": "测到的 {n} 项目标里达到 {met} 项", "verbs": ("", ""),
         "missed": "；没有达到的：", "miss": "{what}（{value}，目标 {threshold}）", "between": "；",
         "end": "。",
+        "bound": "batch 1 要到 {threshold} 倍，一步得在 {need} 毫秒内；单是把每个线性层算一遍，我们这边就用了 "
+                 "{ours} 毫秒，transformers 那边用了 {theirs} 毫秒，还没算这一步的其余部分。",
         "bf16": "用 bfloat16 时，我们 decode 每秒的 token 数相对我们的 float32：{ours}；相对 transformers "
                 "的 bfloat16：{theirs}；{longest} 个 token 的 prefill，我们 float32 用的时间是 bfloat16 的 "
                 "{prefill} 倍。",
@@ -249,7 +258,12 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "compiled": "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}；"
                     "每个进程先要编译 {low} 到 {high} 秒（torch 把编译结果存在磁盘缓存里，"
                     "后来的进程编译得少）。",
-        "none": "这次运行没有测 bfloat16 或编译的变体。",
+        "graphs": "走图执行路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，我们 decode 每秒的 token 数相对 "
+                  "eager 的 float32：{ratio}。",
+        "eager_wins": "每个 batch 都是 eager（默认）更快。",
+        "payback": "batch {b} 时编译后的一步省下 {saved} 毫秒，所以即使编译最快的那次，也要大约 {steps} 个 decode "
+                   "步才把编译时间挣回来。",
+        "none": "这次运行没有测 bfloat16、图执行或编译的变体。",
     },
 }
 
@@ -287,20 +301,34 @@ def reading(report: dict[str, Any]) -> tuple[str, str] | None:
             words["floor"].format(**values) if floor_gb > best_gb else "",
             words["prefill"].format(**values), words["goals"].format(**values, verb=verb),
             words["missed"] + words["between"].join(misses) if missed else "", words["end"]]))
-    extra = variants_reading(report)
-    return said[0] + extra[0], said[1] + extra[1]
+    extra, bound = variants_reading(report), batch1_bound(report)
+    return said[0] + bound[0] + extra[0], said[1] + bound[1] + extra[1]
+
+
+def batch1_bound(report: dict[str, Any]) -> tuple[str, str]:
+    """Where the batch-1 goal against transformers is missed: the step it would need next to the time both
+    sides' matrix products alone took (``linear_floor``), in both languages; empty strings otherwise."""
+    target = report["targets"].get("decode_batch1_vs_transformers")
+    floors = [side.get("linear_floor", {}).get("1") for side in (report["ours"], report["transformers_side"])]
+    if not target or target["met"] is not False or None in floors:
+        return "", ""
+    need = report["transformers_side"]["decode"]["1"]["step_s"]["median"] / target["threshold"]
+    values = dict(threshold=target["threshold"], need=_ms(need), ours=_ms(floors[0]["all_s"]["median"]),
+                  theirs=_ms(floors[1]["all_s"]["median"]))
+    return PHRASES["en"]["bound"].format(**values), PHRASES["zh"]["bound"].format(**values)
 
 
 def variants_reading(report: dict[str, Any]) -> tuple[str, str]:
-    """The sentences on the bfloat16 and compiled variants of a CPU result (``--variants``), in both
-    languages; for a run that measured none, a sentence that says so."""
+    """The sentences on the bfloat16, graph-path and compiled variants of a CPU result (``--variants``), in
+    both languages; for a run that measured none, a sentence that says so."""
     variants = report.get("variants") or {}
     bf16 = next((v for v in variants.values()
                  if v["spec"]["engine"] == "ours" and v["spec"]["dtype"] == "bfloat16"), None)
     compiled = next((v for v in variants.values() if v["spec"]["execution"] == "compiled"), None)
+    graphs = next((v for v in variants.values() if v["spec"]["execution"] == "graphs"), None)
     said = []
     for words in PHRASES.values():
-        text = "" if bf16 or compiled else words["none"]
+        text = "" if bf16 or compiled or graphs else words["none"]
         if bf16 is not None:
             cmp = bf16["comparison"]
             longest = max(cmp["ours"]["prefill_speedup"], key=int)
@@ -309,14 +337,32 @@ def variants_reading(report: dict[str, Any]) -> tuple[str, str]:
                       for what in ("ours", "transformers")}
             text += words["bf16"].format(ours=ratios["ours"], theirs=ratios["transformers"], longest=longest,
                                          prefill=f"{cmp['ours']['prefill_speedup'][longest]:.2f}")
+        if graphs is not None:
+            speedups = graphs["comparison"]["ours"]["decode_speedup"].items()
+            text += words["graphs"].format(ratio=words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b)
+                                                                   for b, v in speedups))
+            text += words["eager_wins"] if max(v for _, v in speedups) < 1 else ""
         if compiled is not None:
             speedups = compiled["comparison"]["ours"]["decode_speedup"].items()
             ratio = words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b) for b, v in speedups)
             seconds = compiled["capture_s"]
             text += words["compiled"].format(ratio=ratio, low=f"{seconds['min']:.0f}",
                                              high=f"{seconds['max']:.0f}")
+            text += payback(report, compiled, words)
         said.append(text)
     return said[0], said[1]
+
+
+def payback(report: dict[str, Any], compiled: dict[str, Any], words: dict[str, str]) -> str:
+    """How many decode steps at the smallest compiled batch the shortest compile took to repay (the time it
+    saved per step against our eager float32 step); empty where compiling saved nothing."""
+    batch = min(compiled["decode"], key=int)
+    saved = (report["ours"]["decode"][batch]["step_s"]["median"]
+             - compiled["decode"][batch]["step_s"]["median"])
+    if saved <= 0:
+        return ""
+    steps = compiled["capture_s"]["min"] / saved
+    return words["payback"].format(b=batch, saved=_ms(saved), steps=f"{float(f'{steps:.2g}'):,.0f}")
 
 
 def targets_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -40,6 +40,17 @@ def test_each_cpu_kind_has_its_json_and_its_table_and_paragraph_on_both_pages() 
     assert len(cpus) == len(KINDS), "each table should be another kind of CPU"
 
 
+def test_the_pages_quote_the_variant_flags_each_record_was_run_with() -> None:
+    for name in KINDS:
+        command = read_json(SNIPPETS / "bench" / f"{name}.json")["command"]
+        recorded = [f"{flag} {command[command.index(flag) + 1]}" for flag in ("--variants", "--variant-batches")
+                    if flag in command]
+        for page in ("docs/performance/index.en.md", "docs/performance/index.md"):
+            text = " ".join((SNIPPETS.parent / page).read_text(encoding="utf-8").split())
+            quoted = text.split(f"--output snippets/bench/{name}.json", 1)[1].split("`", 1)[0]
+            assert re.findall(r"--variant[-\w]* \S+", quoted) == recorded, (page, name)
+
+
 def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
     report = dict(report, targets=gen_performance.targets_of(report))
     english, chinese = gen_performance.reading(report)
@@ -52,9 +63,26 @@ def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
         assert target["what"] in english
     measured = sum(t["met"] is not None for t in report["targets"].values())
     assert f"Of the {measured} goals measured, {measured - len(missed)} " in english
-    kept = r"transformers|roofline|prefill|decode|batch|token|GB/s|AVX\w*|b?float\d+|eager|--compile|torch"
+    kept = r"transformers|roofline|prefill|decode|batch|token|GB/s|AVX\w*|b?float\d+|eager|--compile|--graphs|torch"
     words = re.sub(kept, "", chinese.replace(report["device"]["name"], ""))
     assert not re.search(r"[A-Za-z]{4,}", words), f"English left in: {chinese}"
+
+
+def test_a_missed_batch_1_goal_is_set_against_both_sides_matrix_products(report) -> None:
+    report = dict(report, targets=gen_performance.targets_of(report))
+    english, chinese = gen_performance.reading(report)
+    target = report["targets"]["decode_batch1_vs_transformers"]
+    need_ms = report["transformers_side"]["decode"]["1"]["step_s"]["median"] / target["threshold"] * 1000
+    floors_ms = [side["linear_floor"]["1"]["all_s"]["median"] * 1000
+                 for side in (report["ours"], report["transformers_side"])]
+    said = (f"At batch 1, {target['threshold']}x would need a step of {need_ms:.1f} ms; every linear layer "
+            f"once took {floors_ms[0]:.1f} ms on our side and {floors_ms[1]:.1f} ms on transformers'")
+    assert (said in english) is (target["met"] is False)
+    assert (f"一步得在 {need_ms:.1f} 毫秒内" in chinese) is (target["met"] is False)
+    met = copy.deepcopy(report)
+    met["comparison"]["decode_speedup"]["1"] = 1.31
+    met = dict(met, targets=gen_performance.targets_of(met))
+    assert "would need a step of" not in gen_performance.reading(met)[0]
 
 
 def test_another_number_gives_another_paragraph_and_goals_are_today_s(report) -> None:
@@ -73,8 +101,8 @@ def test_the_variants_sentences_are_made_of_their_numbers_or_say_none_ran(report
     variants = {(v["spec"]["dtype"], v["spec"]["execution"]): v
                 for v in (report.get("variants") or {}).values() if v["spec"]["engine"] == "ours"}
     if not variants:
-        assert english == " This run measured no bfloat16 or compiled variant."
-        assert chinese == "这次运行没有测 bfloat16 或编译的变体。"
+        assert english == " This run measured no bfloat16, graph-path or compiled variant."
+        assert chinese == "这次运行没有测 bfloat16、图执行或编译的变体。"
         return
     def listed(speedups: dict[str, float]) -> tuple[str, str]:
         return (", ".join(f"{v:.2f}x at batch {b}" for b, v in speedups.items()),
@@ -83,7 +111,10 @@ def test_the_variants_sentences_are_made_of_their_numbers_or_say_none_ran(report
     said = [(("bfloat16", "eager"), "ours", "against our float32: ", "相对我们的 float32："),
             (("bfloat16", "eager"), "transformers", "against transformers' bfloat16: ",
              "相对 transformers 的 bfloat16："),
-            (("float32", "compiled"), "ours", "against our eager float32 steps: ", "相对 eager 的 float32：")]
+            (("float32", "compiled"), "ours", "(`--compile`), against our eager float32 steps: ",
+             "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32："),
+            (("float32", "graphs"), "ours", "nothing captured on a CPU), against our eager float32 steps: ",
+             "在 CPU 上不捕获）时，我们 decode 每秒的 token 数相对 eager 的 float32：")]
     for key, against, words, zh_words in said:  # each figure next to what it is measured against
         if key in variants:
             en, zh = listed(variants[key]["comparison"][against]["decode_speedup"])
@@ -92,3 +123,21 @@ def test_the_variants_sentences_are_made_of_their_numbers_or_say_none_ran(report
     if compiled is not None:
         seconds = compiled["capture_s"]
         assert f"after {seconds['min']:.0f} to {seconds['max']:.0f} s of compiling" in english
+        batch = min(compiled["decode"], key=int)
+        saved = (report["ours"]["decode"][batch]["step_s"]["median"]
+                 - compiled["decode"][batch]["step_s"]["median"])
+        if saved > 0:
+            rounded = float(f"{seconds['min'] / saved:.2g}")  # two significant figures, as the page
+            steps = f"{rounded:,.0f}"
+            assert f"A compiled step at batch {batch} saved {saved * 1000:.1f} ms" in english
+            assert f"took about {steps} decode steps to pay back" in english and f"大约 {steps} 个" in chinese
+    graphs = variants.get(("float32", "graphs"))
+    if graphs is not None:
+        eager_faster = max(graphs["comparison"]["ours"]["decode_speedup"].values()) < 1
+        assert ("Eager, the default, was the faster of the two at every batch." in english) is eager_faster
+        assert ("每个 batch 都是 eager（默认）更快。" in chinese) is eager_faster
+        one_win = copy.deepcopy(report)
+        name = next(n for n, v in one_win["variants"].items() if v["spec"]["execution"] == "graphs")
+        speedups = one_win["variants"][name]["comparison"]["ours"]["decode_speedup"]
+        speedups[next(iter(speedups))] = 1.02
+        assert "Eager, the default" not in gen_performance.variants_reading(one_win)[0]
