@@ -222,8 +222,8 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "prefill": "); transformers took {prefill}x our time to prefill {longest} tokens. ",
         "goals": "Of the {n} goals measured, {met} {verb} met", "verbs": ("is", "are"),
         "missed": "; not met: ", "miss": "{what} ({value} against {threshold})", "between": "; ", "end": ".",
-        "bound": " At batch 1, {threshold}x would need a step of {need} ms; every linear layer once took {ours} ms "
-                 "on our side and {theirs} ms on transformers', before the rest of the step.",
+        "bound": " At batch 1, {threshold}x would need a step of {need} ms; every linear layer once took "
+                 "{ours} ms on our side and {theirs} ms on transformers', before the rest of the step.",
         "bf16": " In bfloat16, our decode's tokens per second against our float32: {ours}; against "
                 "transformers' bfloat16: {theirs}; our float32 prefill of {longest} tokens took {prefill}x "
                 "our bfloat16 time.",
@@ -231,8 +231,8 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "compiled": " Compiled (`--compile`), against our eager float32 steps: {ratio}, after {low} to "
                     "{high} s of compiling in each process (torch keeps what it compiled in a cache on disk, "
                     "so a later process compiles less).",
-        "graphs": " On the graph path (`--graphs`: static buffers, nothing captured on a CPU), against our eager "
-                  "float32 steps: {ratio}.",
+        "graphs": " On the graph path (`--graphs`: static buffers, nothing captured on a CPU), against our "
+                  "eager float32 steps: {ratio}.",
         "eager_wins": " Eager, the default, was the faster of the two at every batch.",
         "payback": " A compiled step at batch {b} saved {saved} ms, so even the shortest compile took about "
                    "{steps} decode steps to pay back.",
@@ -249,8 +249,8 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "goals": "测到的 {n} 项目标里达到 {met} 项", "verbs": ("", ""),
         "missed": "；没有达到的：", "miss": "{what}（{value}，目标 {threshold}）", "between": "；",
         "end": "。",
-        "bound": "batch 1 要到 {threshold} 倍，一步得在 {need} 毫秒内；单是把每个线性层算一遍，我们这边就用了 "
-                 "{ours} 毫秒，transformers 那边用了 {theirs} 毫秒，还没算这一步的其余部分。",
+        "bound": "batch 1 要到 {threshold} 倍，一步得在 {need} 毫秒内；单是把每个线性层算一遍，"
+                 "我们这边就用了 {ours} 毫秒，transformers 那边用了 {theirs} 毫秒，还没算这一步的其余部分。",
         "bf16": "用 bfloat16 时，我们 decode 每秒的 token 数相对我们的 float32：{ours}；相对 transformers "
                 "的 bfloat16：{theirs}；{longest} 个 token 的 prefill，我们 float32 用的时间是 bfloat16 的 "
                 "{prefill} 倍。",
@@ -258,11 +258,11 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "compiled": "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}；"
                     "每个进程先要编译 {low} 到 {high} 秒（torch 把编译结果存在磁盘缓存里，"
                     "后来的进程编译得少）。",
-        "graphs": "走图执行路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，我们 decode 每秒的 token 数相对 "
-                  "eager 的 float32：{ratio}。",
+        "graphs": "走图执行路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，"
+                  "我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}。",
         "eager_wins": "每个 batch 都是 eager（默认）更快。",
-        "payback": "batch {b} 时编译后的一步省下 {saved} 毫秒，所以即使编译最快的那次，也要大约 {steps} 个 decode "
-                   "步才把编译时间挣回来。",
+        "payback": "batch {b} 时编译后的一步省下 {saved} 毫秒，所以即使编译最快的那次，"
+                   "也要大约 {steps} 个 decode 步才把编译时间挣回来。",
         "none": "这次运行没有测 bfloat16、图执行或编译的变体。",
     },
 }

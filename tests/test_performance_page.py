@@ -43,8 +43,8 @@ def test_each_cpu_kind_has_its_json_and_its_table_and_paragraph_on_both_pages() 
 def test_the_pages_quote_the_variant_flags_each_record_was_run_with() -> None:
     for name in KINDS:
         command = read_json(SNIPPETS / "bench" / f"{name}.json")["command"]
-        recorded = [f"{flag} {command[command.index(flag) + 1]}" for flag in ("--variants", "--variant-batches")
-                    if flag in command]
+        flags = ("--variants", "--variant-batches")
+        recorded = [f"{flag} {command[command.index(flag) + 1]}" for flag in flags if flag in command]
         for page in ("docs/performance/index.en.md", "docs/performance/index.md"):
             text = " ".join((SNIPPETS.parent / page).read_text(encoding="utf-8").split())
             quoted = text.split(f"--output snippets/bench/{name}.json", 1)[1].split("`", 1)[0]
@@ -63,7 +63,8 @@ def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
         assert target["what"] in english
     measured = sum(t["met"] is not None for t in report["targets"].values())
     assert f"Of the {measured} goals measured, {measured - len(missed)} " in english
-    kept = r"transformers|roofline|prefill|decode|batch|token|GB/s|AVX\w*|b?float\d+|eager|--compile|--graphs|torch"
+    kept = (r"transformers|roofline|prefill|decode|batch|token|GB/s|AVX\w*|b?float\d+|eager"
+            r"|--compile|--graphs|torch")
     words = re.sub(kept, "", chinese.replace(report["device"]["name"], ""))
     assert not re.search(r"[A-Za-z]{4,}", words), f"English left in: {chinese}"
 

@@ -11,8 +11,8 @@ speculative decoding (``speculative/verify.py``), and validation of user input: 
 Three invariants shape the code:
 
 * **Batch invariance.** A row's token depends only on that row's logits, its parameters and its own
-  generator. Greedy rows use one vectorised argmax (``greedy_tokens``: exact, first index wins ties); every sampled row is
-  filtered and drawn on its own, so no reduction ever mixes rows.
+  generator. Greedy rows use one vectorised argmax (``greedy_tokens``: exact, first index wins ties); every
+  sampled row is filtered and drawn on its own, so no reduction ever mixes rows.
 * **Reproducibility.** Each sampled token consumes exactly one uniform number from its request's generator,
   drawn by inverting the cumulative distribution. Greedy rows consume none. So a seed fixes the tokens,
   whatever the batch around the request.

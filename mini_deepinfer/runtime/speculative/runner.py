@@ -26,7 +26,13 @@ from mini_deepinfer.core.speculative import SpeculativeResult, SpeculativeSeqPla
 from mini_deepinfer.models.cache import HybridCache
 from mini_deepinfer.models.layers import CausalLM
 from mini_deepinfer.runtime.model_runner import ModelRunner
-from mini_deepinfer.runtime.sampling import check_finite, flag_non_finite, greedy_tokens, probabilities, sample
+from mini_deepinfer.runtime.sampling import (
+    check_finite,
+    flag_non_finite,
+    greedy_tokens,
+    probabilities,
+    sample,
+)
 from mini_deepinfer.runtime.speculative.draft import DraftJob, DraftSettle, ModelDraft, Proposal, draft_keeps
 from mini_deepinfer.runtime.speculative.verify import AcceptStep, verify_greedy, verify_sampled
 
