@@ -69,19 +69,24 @@ def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
     assert not re.search(r"[A-Za-z]{4,}", words), f"English left in: {chinese}"
 
 
-def test_a_missed_batch_1_goal_is_set_against_both_sides_matrix_products(report) -> None:
+def test_each_missed_decode_goal_is_set_against_both_sides_matrix_products(report) -> None:
     report = dict(report, targets=gen_performance.targets_of(report))
     english, chinese = gen_performance.reading(report)
-    target = report["targets"]["decode_batch1_vs_transformers"]
-    need_ms = report["transformers_side"]["decode"]["1"]["step_s"]["median"] / target["threshold"] * 1000
-    floors_ms = [side["linear_floor"]["1"]["all_s"]["median"] * 1000
-                 for side in (report["ours"], report["transformers_side"])]
-    said = (f"At batch 1, {target['threshold']}x would need a step of {need_ms:.1f} ms; every linear layer "
-            f"once took {floors_ms[0]:.1f} ms on our side and {floors_ms[1]:.1f} ms on transformers'")
-    assert (said in english) is (target["met"] is False)
-    assert (f"一步得在 {need_ms:.1f} 毫秒内" in chinese) is (target["met"] is False)
+    for batch in report["comparison"]["decode_speedup"]:
+        target = report["targets"][f"decode_batch{batch}_vs_transformers"]
+        theirs = report["transformers_side"]
+        need_ms = theirs["decode"][batch]["step_s"]["median"] / target["threshold"] * 1000
+        floors_ms = [side["linear_floor"][batch]["all_s"]["median"] * 1000
+                     for side in (report["ours"], theirs)]
+        missed = target["met"] is False
+        said = (f"At batch {batch}, {target['threshold']}x would need a step of {need_ms:.1f} ms; every "
+                f"linear layer once took {floors_ms[0]:.1f} ms on our side and {floors_ms[1]:.1f} ms on "
+                "transformers'")
+        assert (said in english) is missed, batch
+        zh_said = f"batch {batch} 要到 {target['threshold']} 倍，一步得在 {need_ms:.1f} 毫秒内"
+        assert (zh_said in chinese) is missed, batch
     met = copy.deepcopy(report)
-    met["comparison"]["decode_speedup"]["1"] = 1.31
+    met["comparison"]["decode_speedup"] = {batch: 2.5 for batch in met["comparison"]["decode_speedup"]}
     met = dict(met, targets=gen_performance.targets_of(met))
     assert "would need a step of" not in gen_performance.reading(met)[0]
 
