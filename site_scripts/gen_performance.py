@@ -258,12 +258,12 @@ PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
         "compiled": "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}；"
                     "每个进程先要编译 {low} 到 {high} 秒（torch 把编译结果存在磁盘缓存里，"
                     "后来的进程编译得少）。",
-        "graphs": "走图执行路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，"
+        "graphs": "走图路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，"
                   "我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}。",
         "eager_wins": "每个 batch 都是 eager（默认）更快。",
         "payback": "batch {b} 时编译后的一步省下 {saved} 毫秒，所以即使编译最快的那次，"
                    "也要大约 {steps} 个 decode 步才把编译时间挣回来。",
-        "none": "这次运行没有测 bfloat16、图执行或编译的变体。",
+        "none": "这次运行没有测 bfloat16、图路径或编译的变体。",
     },
 }
 
@@ -338,25 +338,25 @@ def variants_reading(report: dict[str, Any]) -> tuple[str, str]:
         if bf16 is not None:
             cmp = bf16["comparison"]
             longest = max(cmp["ours"]["prefill_speedup"], key=int)
-            ratios = {what: words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b)
-                                              for b, v in cmp[what]["decode_speedup"].items())
-                      for what in ("ours", "transformers")}
+            ratios = {what: listed(cmp[what]["decode_speedup"], words) for what in ("ours", "transformers")}
             text += words["bf16"].format(ours=ratios["ours"], theirs=ratios["transformers"], longest=longest,
                                          prefill=f"{cmp['ours']['prefill_speedup'][longest]:.2f}")
         if graphs is not None:
-            speedups = graphs["comparison"]["ours"]["decode_speedup"].items()
-            text += words["graphs"].format(ratio=words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b)
-                                                                   for b, v in speedups))
-            text += words["eager_wins"] if max(v for _, v in speedups) < 1 else ""
+            speedups = graphs["comparison"]["ours"]["decode_speedup"]
+            text += words["graphs"].format(ratio=listed(speedups, words))
+            text += words["eager_wins"] if max(speedups.values()) < 1 else ""
         if compiled is not None:
-            speedups = compiled["comparison"]["ours"]["decode_speedup"].items()
-            ratio = words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b) for b, v in speedups)
-            seconds = compiled["capture_s"]
-            text += words["compiled"].format(ratio=ratio, low=f"{seconds['min']:.0f}",
+            seconds, speedups = compiled["capture_s"], compiled["comparison"]["ours"]["decode_speedup"]
+            text += words["compiled"].format(ratio=listed(speedups, words), low=f"{seconds['min']:.0f}",
                                              high=f"{seconds['max']:.0f}")
             text += payback(report, compiled, words)
         said.append(text)
     return said[0], said[1]
+
+
+def listed(speedups: dict[str, float], words: dict[str, str]) -> str:
+    """``1.09x at batch 1, 1.08x at batch 4`` (or its Chinese) from ``{batch: ratio}``."""
+    return words["and"].join(words["ratios"].format(v=f"{v:.2f}", b=b) for b, v in speedups.items())
 
 
 def payback(report: dict[str, Any], compiled: dict[str, Any], words: dict[str, str]) -> str:
@@ -367,8 +367,8 @@ def payback(report: dict[str, Any], compiled: dict[str, Any], words: dict[str, s
              - compiled["decode"][batch]["step_s"]["median"])
     if saved <= 0:
         return ""
-    steps = compiled["capture_s"]["min"] / saved
-    return words["payback"].format(b=batch, saved=_ms(saved), steps=f"{float(f'{steps:.2g}'):,.0f}")
+    steps = float(f"{compiled['capture_s']['min'] / saved:.2g}")  # two significant figures: 23,000
+    return words["payback"].format(b=batch, saved=_ms(saved), steps=f"{steps:,.0f}")
 
 
 def targets_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

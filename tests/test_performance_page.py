@@ -108,7 +108,7 @@ def test_the_variants_sentences_are_made_of_their_numbers_or_say_none_ran(report
                 for v in (report.get("variants") or {}).values() if v["spec"]["engine"] == "ours"}
     if not variants:
         assert english == " This run measured no bfloat16, graph-path or compiled variant."
-        assert chinese == "这次运行没有测 bfloat16、图执行或编译的变体。"
+        assert chinese == "这次运行没有测 bfloat16、图路径或编译的变体。"
         return
     def listed(speedups: dict[str, float]) -> tuple[str, str]:
         return (", ".join(f"{v:.2f}x at batch {b}" for b, v in speedups.items()),
