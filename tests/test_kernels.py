@@ -13,13 +13,14 @@ import torch.nn.functional as F
 
 from mini_deepinfer import EngineConfig, SamplingParams
 from mini_deepinfer.models import build_model
-from mini_deepinfer.models.kernels import cpu
+from mini_deepinfer.models.kernels import cpu, deltanet
 from mini_deepinfer.models.kernels.cpu import SKINNY_MIN_INPUT, Linear
 from mini_deepinfer.models.kernels.deltanet import (
     causal_conv_ref,
     causal_conv_step,
     causal_conv_with_window,
     recurrent_delta_step,
+    recurrent_delta_step_in_pieces,
     recurrent_delta_step_ref,
 )
 from mini_deepinfer.models.kernels.norm import (
@@ -74,6 +75,14 @@ def test_causal_conv_in_pieces_equals_whole_and_conv1d():
     assert torch.equal(whole_window[0], x[0, -3:].T)
 
 
+def test_causal_conv_writes_into_the_rows_it_is_given():
+    x, weight, window = randn(1, 10, 5), randn(5, 1, 4, seed=1), randn(1, 5, 3, seed=2)
+    rows = torch.full((1, 12, 7), float("nan"))[:, 1:11, 1:6]  # strided rows inside a larger tensor
+    y, _ = causal_conv_with_window(x, window, weight[:, 0, :], out=rows)
+    assert y.data_ptr() == rows.data_ptr()  # no output of its own, and no copy into the rows
+    torch.testing.assert_close(rows, causal_conv_ref(x, window, weight), atol=1e-6, rtol=0)
+
+
 def test_one_token_convolution_equals_conv1d_and_shifts_the_window():
     x, window, weight = randn(3, 6), randn(3, 6, 3, seed=1), randn(6, 1, 4, seed=2)
     y, new = causal_conv_step(x, window, weight[:, 0, :])
@@ -98,6 +107,25 @@ def test_one_read_delta_step_equals_textbook_step():
     o, new = recurrent_delta_step(state.clone(), torch.stack([q, k], dim=-2), v, g, beta)
     torch.testing.assert_close(o, expected_o, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(new, expected_state, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 5, 8])
+def test_delta_step_in_cache_sized_pieces_equals_one_batched_step(monkeypatch, batch):
+    q, k, v, g, beta = delta_inputs(batch, 3)
+    qk, state = torch.stack([q, k], dim=-2), randn(batch, 3, 8, 6, seed=9)
+    expected_o, expected_state = recurrent_delta_step(state.clone(), qk, v, g, beta)
+    # Two sequences' state per piece (at one thread), so batches 5 and 8 run in 3 and 4 pieces.
+    monkeypatch.setattr(deltanet, "CACHE_BYTES_PER_THREAD", 2 * state[0].numel() * state.element_size())
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    pieces = []
+    monkeypatch.setattr(deltanet, "recurrent_delta_step",
+                        lambda state, *rest: pieces.append(len(state)) or recurrent_delta_step(state, *rest))
+    updated = state.clone()
+    o, new = recurrent_delta_step_in_pieces(updated, qk, v, g, beta)
+    assert pieces == [2] * (batch // 2) + [1] * (batch % 2)
+    assert new.data_ptr() == updated.data_ptr()  # updated in place, as one call does
+    torch.testing.assert_close(o, expected_o, atol=0, rtol=0)
+    torch.testing.assert_close(new, expected_state, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("rows", [1, 4, 8, 32, 33])

@@ -214,8 +214,8 @@ class SwiGLUMLP(nn.Module):
         self.gate_up = Merged(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x)
-        return self.down_proj(F.silu(gate) * up)
+        gate, up = self.gate_up(x)  # views of one product's output, used once: updated in place
+        return self.down_proj(F.silu(gate, inplace=True).mul_(up))
 
 
 # --8<-- [start:attention]

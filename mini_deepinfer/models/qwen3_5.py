@@ -33,7 +33,7 @@ from mini_deepinfer.models.kernels.deltanet import (
     causal_conv_with_window,
     chunked_delta_rule,
     recurrent_delta_states,
-    recurrent_delta_step,
+    recurrent_delta_step_in_pieces,
     windows_after_each,
 )
 from mini_deepinfer.models.kernels.norm import l2_normalize, rms_norm, rms_scale
@@ -133,7 +133,8 @@ class GatedDeltaNet(nn.Module):
             start, n = layout.row_offsets[b], batch.query_lens[b]
             slot = batch.state_slots[b : b + 1]
             old = windows.index_select(0, slot)
-            y, new = causal_conv_with_window(mixed[None, start : start + n], old, taps)
+            rows = slice(start, start + n)  # the sequence's outputs are written straight into ``out``
+            _, new = causal_conv_with_window(mixed[None, rows], old, taps, out=out[None, rows])
             if b in layout.snapshot_seqs:  # a verify keeps the window after each position (lesson 13)
                 after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
                 ctx.cache.record_snapshots("conv", self.layer_idx, layout.state_slot_ids[b], after)
@@ -143,7 +144,6 @@ class GatedDeltaNet(nn.Module):
                 window = torch.cat([old[0], last], -1)[:, -width:]
                 ctx.cache.keep_prefix_state("conv", self.layer_idx, snapshot, window)
             windows.index_copy_(0, slot, new)
-            out[start : start + n] = y[0]
         return out
     # --8<-- [end:convolve]
 
@@ -175,7 +175,7 @@ class GatedDeltaNet(nn.Module):
         layout, batch = ctx.layout, ctx.batch
         if layout.decode_seqs:
             inputs = [layout.decode_part(t) for t in (qk, v, g, beta)]
-            o, new = recurrent_delta_step(layout.decode_states(states), *inputs)
+            o, new = recurrent_delta_step_in_pieces(layout.decode_states(states), *inputs)
             layout.store_decode_states(states, new)
             if layout.all_decode:
                 return o

@@ -96,9 +96,12 @@ def tap_sum(rows: torch.Tensor, taps: torch.Tensor, out: torch.Tensor) -> None:
     """``out[:, t] = sum_j rows[:, t + j] * taps[:, j]`` for the ``out.shape[1]`` outputs, in float32.
 
     With K = 4 taps per channel, K multiply-adds over time-major ``[B, L, C]`` rows beat ``F.conv1d`` on CPU,
-    which has a fixed cost per call and works channel-major (two transposing copies of the inputs).
+    which has a fixed cost per call and works channel-major (two transposing copies of the inputs). Each
+    multiply-add reads one tap of every channel: a column of ``[C, K]`` taps, every K-th number, which
+    makes the CPU kernel take its slow strided path. So the taps are first laid out tap-major (``[K, C]``,
+    C x K numbers copied) and each multiply-add reads one contiguous row of them.
     """
-    count = out.shape[1]
-    torch.mul(rows[:, :count], taps[:, 0], out=out)
-    for j in range(1, taps.shape[-1]):
-        out.addcmul_(rows[:, j : j + count], taps[:, j])
+    count, by_tap = out.shape[1], taps.t().contiguous()
+    torch.mul(rows[:, :count], by_tap[0], out=out)
+    for j in range(1, by_tap.shape[0]):
+        out.addcmul_(rows[:, j : j + count], by_tap[j])

@@ -2,7 +2,8 @@
 
 Scope: the convolution over several new tokens (``causal_conv_with_window``) and over one
 (``causal_conv_step``), both against ``causal_conv_ref`` (``F.conv1d``); the delta rule for one token
-(``recurrent_delta_step``, against the textbook ``recurrent_delta_step_ref``), token by token with the state
+(``recurrent_delta_step``, against the textbook ``recurrent_delta_step_ref``; a batch of them a few
+sequences at a time on CPU, ``recurrent_delta_step_in_pieces``), token by token with the state
 after each token kept (``recurrent_delta_states``, for speculative verification), and in chunks
 (``chunked_delta_rule``, against the token-by-token ``recurrent_delta_rule``). ``tests/test_kernels.py``
 compares every pair but the last, which ``tests/test_qwen3_5_parity.py`` compares.
@@ -23,7 +24,7 @@ from mini_deepinfer.models.kernels.cpu import tap_sum
 
 # --8<-- [start:causal_conv]
 def causal_conv_with_window(
-    x: torch.Tensor, window: torch.Tensor, taps: torch.Tensor
+    x: torch.Tensor, window: torch.Tensor, taps: torch.Tensor, out: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Depthwise causal convolution over time, continuing from a saved window, followed by SiLU.
 
@@ -31,6 +32,7 @@ def causal_conv_with_window(
         x: ``[B, L, C]`` new pre-convolution inputs.
         window: ``[B, C, K-1]`` the previous ``K-1`` inputs of each sequence (zeros for a fresh one).
         taps: ``[C, K]`` float32 convolution taps; tap ``K-1`` multiplies the current input.
+        out: where to write ``y`` (float32, ``[B, L, C]``, rows may be strided); a new tensor if ``None``.
 
     Returns:
         ``(y, new_window)``: float32 ``y`` of shape ``[B, L, C]``, and the last ``K-1`` inputs
@@ -39,7 +41,7 @@ def causal_conv_with_window(
     # Only the first K-1 outputs read the saved window, so only they are computed from a short
     # [window | x] strip; the rest read shifted views of x, and no copy of the whole input is made.
     history, length = taps.shape[-1] - 1, x.shape[1]
-    y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    y = torch.empty(x.shape, dtype=torch.float32, device=x.device) if out is None else out
     strip = torch.cat([window.transpose(1, 2), x[:, :history]], dim=1)
     tap_sum(strip, taps, out=y[:, :history])
     if length > history:
@@ -100,6 +102,33 @@ def recurrent_delta_step(
     out = torch.addcmul(decay * q_state, (q * k).sum(-1, keepdim=True), delta)
     return out, state
 # --8<-- [end:delta_step]
+
+
+CACHE_BYTES_PER_THREAD = 1 << 20
+"""State bytes per CPU thread that ``recurrent_delta_step_in_pieces`` updates at a time: within a core's L2
+cache (1 MiB on AMD Zen 4, 2 MiB on Intel Sapphire Rapids and later)."""
+
+
+def recurrent_delta_step_in_pieces(
+    state: torch.Tensor, qk: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``recurrent_delta_step`` over a batch (first dim), a few sequences at a time on CPU.
+
+    One step reads the state once and updates it in place twice (decay, then correct). A whole batch's
+    state (1 MiB per sequence and layer at the 0.8B shape) leaves the CPU's caches between those kernels;
+    a piece of ``CACHE_BYTES_PER_THREAD`` per thread stays in them, so the two updates read it from cache.
+    The pieces only split the batch: every number is computed by the same kernels as in one call
+    (``tests/test_kernels.py`` compares). Accelerators and compiled graphs take one call.
+    """
+    if state.device.type != "cpu" or torch.compiler.is_compiling():
+        return recurrent_delta_step(state, qk, v, g, beta)
+    per_sequence = state[0].numel() * state.element_size()
+    rows = max(1, CACHE_BYTES_PER_THREAD * torch.get_num_threads() // per_sequence)
+    if rows >= state.shape[0]:
+        return recurrent_delta_step(state, qk, v, g, beta)
+    pieces = [recurrent_delta_step(*parts)[0]
+              for parts in zip(*(t.split(rows) for t in (state, qk, v, g, beta)))]
+    return torch.cat(pieces), state
 
 
 def recurrent_delta_step_ref(
