@@ -41,14 +41,14 @@ class Linear(nn.Linear):
     the output is what costs. One row, long prefills and accelerators keep ``F.linear`` too.
 
     On a CPU with AVX-512 (measured on an Intel Xeon with AMX), float32 products of 4 to 8 rows go through
-    ``blocked`` instead: there ``F.linear`` reads the weight at about half the speed it reaches for one row
-    (transformers' "every linear layer once" rows of ``snippets/bench/cpu-qwen3.5-0.8b-intel-xeon.md``: 24.8
-    GB/s at batch 1, 14.6 at batch 4, 10.0 at batch 8; ours, through ``blocked``: 28.2, 21.0 and 17.7).
+    ``blocked`` instead: there ``F.linear`` reads the weight far slower than it does for one row, and
+    ``blocked`` nearer that speed (the "every linear layer once" rows of
+    ``snippets/bench/cpu-qwen3.5-0.8b-intel-xeon.md``, this class against transformers' ``nn.Linear`` at
+    batch 1, 4 and 8).
 
     One row in bfloat16 (a decode step at batch 1, the head of a prefill) goes through ``torch.mv``: the same
     products and sums (``tests/test_kernels.py`` compares them), but ``F.linear`` takes a slower kernel for
-    it on the Intel Xeon with AMX. Every linear layer once at batch 1 took 79.9 ms there through ``mv`` and
-    93.1 ms through transformers' ``nn.Linear`` (``linear_floor`` of the ``ours-bfloat16`` and
+    it on the Intel Xeon with AMX (``linear_floor`` at batch 1 of the ``ours-bfloat16`` and
     ``transformers-bfloat16`` variants in ``snippets/bench/cpu-qwen3.5-0.8b-intel-xeon.json``). Float32 keeps
     ``F.linear``.
     """
