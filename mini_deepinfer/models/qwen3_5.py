@@ -136,7 +136,7 @@ class GatedDeltaNet(nn.Module):
             rows = slice(start, start + n)  # the sequence's outputs are written straight into ``out``
             _, new = causal_conv_with_window(mixed[None, rows], old, taps, out=out[None, rows])
             if b in layout.snapshot_seqs:  # a verify keeps the window after each position (lesson 13)
-                after = windows_after_each(old[0], mixed[start : start + n], self.conv1d.weight.shape[-1])
+                after = windows_after_each(old[0], mixed[rows], self.conv1d.weight.shape[-1])
                 ctx.cache.record_snapshots("conv", self.layer_idx, layout.state_slot_ids[b], after)
             width = old.shape[-1]
             for tokens, snapshot in layout.saves_of(b):  # prefix cache: the window after that many tokens
@@ -168,8 +168,9 @@ class GatedDeltaNet(nn.Module):
     ) -> torch.Tensor:
         """Run each sequence's tokens from its recurrent state; return ``[T, Hv, dv]`` float32 outputs.
 
-        The decode group takes one batched recurrent step; longer runs use the chunked form per sequence;
-        a sequence with snapshots runs token by token and records the state after each token.
+        The decode group takes one batched recurrent step (on CPU a few sequences at a time); longer runs
+        use the chunked form per sequence; a sequence with snapshots runs token by token and records the
+        state after each token.
         """
         states = ctx.cache.recurrent_state[self.layer_idx]
         layout, batch = ctx.layout, ctx.batch

@@ -105,8 +105,8 @@ def recurrent_delta_step(
 
 
 CACHE_BYTES_PER_THREAD = 1 << 20
-"""State bytes per CPU thread that ``recurrent_delta_step_in_pieces`` updates at a time: within a core's L2
-cache (1 MiB on AMD Zen 4, 2 MiB on Intel Sapphire Rapids and later)."""
+"""State bytes per CPU thread that ``recurrent_delta_step_in_pieces`` updates at a time: no more than one
+core's L2 cache holds on the x86 server CPUs this was written for (1 to 2 MiB)."""
 
 
 def recurrent_delta_step_in_pieces(
