@@ -111,3 +111,22 @@ def test_batched_decode_equals_each_sequence_alone(pair):
     logits = ours(batch, cache)
     for b in range(2):
         assert (logits[b] - alone[b][-1]).abs().max().item() < 1e-5
+
+
+def test_last_layer_runs_its_mlp_on_the_logits_rows_only(pair):
+    """Two prompts in one round: the last layer's MLP sees their 2 last rows, not all 15, and the logits
+    equal those rows of a round that asks for every row's logits."""
+    _, ours = pair
+    slots = [list(range(b * SLOTS_PER_SEQ, (b + 1) * SLOTS_PER_SEQ)) for b in range(2)]
+    args = ([random_ids(9, seed=7), random_ids(6, seed=8)], [0, 0], slots, [0, 1])
+    seen: list[int] = []
+    handle = ours.model.layers[-1].mlp.register_forward_hook(lambda _m, x, _o: seen.append(len(x[0])))
+    try:
+        last_rows = ours(batch_from_sequences(*args), HybridCache(ours.config, 2 * SLOTS_PER_SEQ, 2,
+                                                                    torch.float32, "cpu"))
+    finally:
+        handle.remove()
+    assert seen == [2]
+    every_row = ours(batch_from_sequences(*args, all_logits=True),
+                     HybridCache(ours.config, 2 * SLOTS_PER_SEQ, 2, torch.float32, "cpu"))
+    assert (last_rows - every_row[[8, 14]]).abs().max().item() < 1e-5

@@ -168,6 +168,24 @@ def test_mixed_round_equals_each_sequence_alone(pair):
         assert (mixed[b] - alone[b][p:]).abs().max().item() < 1e-5
 
 
+def test_last_layer_runs_its_mlp_on_the_logits_rows_only(pair):
+    """Two prompts in one round ask for their last rows' logits: the first layer's MLP sees all 22 rows,
+    the last layer's only those 2, and the logits equal the same rows of a round that asks for every row."""
+    _, ours = pair
+    args = ([random_ids(13, seed=20), random_ids(9, seed=21)], [0, 0], [seq_slots(0), seq_slots(1)], [0, 1])
+    seen: list[int] = []
+    mlps = [ours.model.layers[0].mlp, ours.model.layers[-1].mlp]
+    handles = [m.register_forward_hook(lambda _m, inputs, _out: seen.append(len(inputs[0]))) for m in mlps]
+    try:
+        last_rows = ours(batch_from_sequences(*args), new_cache(ours))
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert seen == [22, 2]
+    every_row = ours(batch_from_sequences(*args, all_logits=True), new_cache(ours))
+    assert (last_rows - every_row[[12, 21]]).abs().max().item() < 1e-5
+
+
 def test_fresh_sequence_ignores_stale_state_in_its_slot(pair):
     _, ours = pair
     cache = new_cache(ours)

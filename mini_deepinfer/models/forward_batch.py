@@ -107,7 +107,7 @@ class ForwardBatch:
         positions: ``[T]`` int64, absolute position of each token within its sequence.
         slot_mapping: ``[T]`` int64, KV slot that each new token's key and value are written to.
         state_slots: ``[B]`` int64, state slot of each sequence (Qwen2 ignores it).
-        logits_indices: ``[S]`` int64, rows of the T tokens whose logits are returned.
+        logits_indices: ``[S]`` int64, rows of the T tokens whose logits are returned, in increasing order.
         fresh_slots: ``[F]`` int64, state slots zeroed before the round (sequences that start at position 0).
         kv_slots: sequence index -> ``[context]`` int64 KV slots of positions 0..context-1, for the sequences
             outside the decode group (the group reads ``layout.decode_kv_index``).

@@ -332,7 +332,9 @@ class DecoderModel(nn.Module):
 class CausalLM(nn.Module):
     """Embed, run the decoder layers over a flat round, normalise, and apply the head to requested rows.
 
-    Subclasses build the layers; each layer is called as ``layer(hidden, ctx)`` on ``[T, hidden]`` rows.
+    Subclasses build the layers; each layer is called as ``layer(hidden, ctx)`` on ``[T, hidden]`` rows, the
+    last as ``layer(hidden, ctx, keep=rows)``: it returns only those rows (its token mixer still reads every
+    row, to write the caches).
     Parameter names equal transformers' ``*ForCausalLM`` state-dict names, so ``load_state_dict`` works.
     """
 
@@ -352,12 +354,18 @@ class CausalLM(nn.Module):
     # --8<-- [start:forward]
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
-        """Run one round and return logits ``[S, vocab]`` for the rows ``batch.logits_indices``."""
+        """Run one round and return logits ``[S, vocab]`` for the rows ``batch.logits_indices``.
+
+        Nothing reads the last layer's output but the head, so that layer carries on only with those rows
+        once its token mixer has written the caches: a 2048-token prompt runs its last output projection and
+        MLP on one row.
+        """
         ctx = self.prepare(batch, cache)
         hidden = self.model.embed_tokens(batch.input_ids)
-        for layer in self.model.layers:
+        for layer in self.model.layers[:-1]:
             hidden = layer(hidden, ctx)
-        hidden = hidden.index_select(0, batch.logits_indices)
+        every_row = batch.logits_indices.shape[0] == hidden.shape[0]  # the rows come in order: all of them
+        hidden = self.model.layers[-1](hidden, ctx, keep=None if every_row else batch.logits_indices)
         return self.lm_head(self.model.norm(hidden))
 
     def prepare(self, batch: ForwardBatch, cache: HybridCache) -> ForwardContext:

@@ -39,15 +39,15 @@ class Qwen2Attention(nn.Module):
         self.v_proj = Linear(config.hidden_size, kv_out, bias=True)
         self.o_proj = Linear(q_out, config.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""
+    def forward(self, x: torch.Tensor, ctx: ForwardContext, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``, or only the rows ``keep``."""
         tokens = x.shape[0]
         q = apply_rotary(self.q_proj(x).view(tokens, self.num_heads, self.head_dim), ctx.cos, ctx.sin)
         k = apply_rotary(self.k_proj(x).view(tokens, self.num_kv_heads, self.head_dim), ctx.cos, ctx.sin)
         v = self.v_proj(x).view(tokens, self.num_kv_heads, self.head_dim)
         keys, values = ctx.cache.key_cache[self.layer_idx], ctx.cache.value_cache[self.layer_idx]
         o = paged_attention(q, k, v, keys, values, ctx, self.head_dim**-0.5)
-        return self.o_proj(o.reshape(tokens, -1))
+        return self.o_proj((o if keep is None else o.index_select(0, keep)).flatten(1))
 
 
 class Qwen2DecoderLayer(nn.Module):
@@ -60,8 +60,12 @@ class Qwen2DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), ctx)
+    def forward(
+        self, hidden: torch.Tensor, ctx: ForwardContext, keep: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[T, hidden]`` -> ``[T, hidden]``, or with ``keep`` (last layer) those rows after attention."""
+        mixed = self.self_attn(self.input_layernorm(hidden), ctx, keep)
+        hidden = mixed + (hidden if keep is None else hidden.index_select(0, keep))
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 

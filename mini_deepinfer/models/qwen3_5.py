@@ -100,17 +100,19 @@ class GatedDeltaNet(nn.Module):
         self.A_log.copy_(a.log())
 
     # --8<-- [start:gdn_forward]
-    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""
+    def forward(self, x: torch.Tensor, ctx: ForwardContext, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``, or only the rows ``keep``."""
         tokens = x.shape[0]
         mixed, z, b, a = self.in_proj(x)  # in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: one product
         qk, v = self.split_heads(self.convolve(mixed, ctx))
         beta = torch.sigmoid(b)
         neg_a, dt_bias = self.decay_rate(self.A_log, self.dt_bias)  # -exp(A_log), in float32
         g = neg_a * F.softplus(a + dt_bias)
-        core = self.delta_rule(qk, v, g, beta, ctx)
+        core = self.delta_rule(qk, v, g, beta, ctx)  # every row: the state is updated token by token
         z = z.view(tokens, self.num_v_heads, self.v_head_dim)
-        return self.out_proj(self.norm(core, z, x.dtype).reshape(tokens, self.value_dim))
+        if keep is not None:
+            core, z = core.index_select(0, keep), z.index_select(0, keep)
+        return self.out_proj(self.norm(core, z, x.dtype).flatten(1))
     # --8<-- [end:gdn_forward]
 
     # --8<-- [start:convolve]
@@ -223,7 +225,7 @@ class GatedDeltaNet(nn.Module):
             outputs.append(o)
             keep(end - begin, state)
             begin = end
-        return torch.cat(outputs, dim=2), state
+        return (outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)), state  # cat of one copies
     # --8<-- [end:chunked_in_pieces]
 
 
@@ -246,8 +248,8 @@ class GatedAttention(nn.Module):
         self.qkv_proj = Merged(self.q_proj, self.k_proj, self.v_proj)
 
     # --8<-- [start:gated_attention]
-    def forward(self, x: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``."""
+    def forward(self, x: torch.Tensor, ctx: ForwardContext, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` is ``[T, hidden]`` (already normed); returns ``[T, hidden]``, or only the rows ``keep``."""
         tokens = x.shape[0]
         q_gate, k, v = self.qkv_proj(x)  # q_proj, k_proj, v_proj: one product
         # Per head q_proj holds [query (D) | gate (D)], heads side by side.
@@ -258,7 +260,9 @@ class GatedAttention(nn.Module):
         v = v.view(tokens, self.num_kv_heads, self.head_dim)
         keys, values = ctx.cache.key_cache[self.layer_idx], ctx.cache.value_cache[self.layer_idx]
         o = paged_attention(q, k, v, keys, values, ctx, self.head_dim**-0.5)
-        return self.o_proj((o * torch.sigmoid(gate)).reshape(tokens, -1))
+        if keep is not None:
+            o, gate = o.index_select(0, keep), gate.index_select(0, keep)
+        return self.o_proj((o * torch.sigmoid(gate)).flatten(1))
     # --8<-- [end:gated_attention]
 
 
@@ -276,9 +280,13 @@ class Qwen35DecoderLayer(nn.Module):
         self.input_layernorm = ZeroCenteredRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.post_attention_layernorm = ZeroCenteredRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
 
-    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, ctx: ForwardContext, keep: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``[T, hidden]`` -> ``[T, hidden]``, or with ``keep`` (last layer) those rows after the mixer."""
         mixer = self.linear_attn if self.is_linear else self.self_attn
-        hidden = hidden + mixer(self.input_layernorm(hidden), ctx)
+        mixed = mixer(self.input_layernorm(hidden), ctx, keep)
+        hidden = mixed + (hidden if keep is None else hidden.index_select(0, keep))
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
 

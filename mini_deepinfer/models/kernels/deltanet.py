@@ -236,30 +236,44 @@ def chunked_delta_rule(
 
     q, k, v = chunks(q), chunks(k), chunks(v)
     cum_g = g.reshape(*g.shape[:-1], n, size).movedim(-2, 0).cumsum(-1)
-    beta = beta.reshape(*beta.shape[:-1], n, size).movedim(-2, 0)[..., None]
+    beta = beta.reshape(*beta.shape[:-1], n, size).movedim(-2, 0)
 
     causal = torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
     decay = (cum_g[..., :, None] - cum_g[..., None, :]).masked_fill_(~causal, float("-inf")).exp_()
-    k_beta = k * beta
-    system = (k_beta @ k.transpose(-1, -2)).mul_(decay)
+    # diag(beta) scales the small [C, C] matrices, never the [C, d] keys and values:
+    # diag(beta) K K^T = (K K^T) * beta_i (rows), and inverse diag(beta) V = (inverse * beta_j) V (columns).
+    system = (k @ k.transpose(-1, -2)).mul_(decay).mul_(beta[..., :, None])
     # One solve against the identity gives the inverse; two products with it cost less than two solves.
     inverse = _solve_unit_lower(system, torch.eye(size, device=q.device).expand_as(system))
-    u = inverse @ (v * beta)
-    w = inverse @ (k_beta * cum_g.exp()[..., None])
+    u = (inverse * beta[..., None, :]) @ v
+    w = (inverse * (beta * cum_g.exp())[..., None, :]) @ k
     intra = (q @ k.transpose(-1, -2)).mul_(decay)
     q_decayed = q * cum_g.exp()[..., None]
-    k_decayed_t = (k * (cum_g[..., -1:] - cum_g).exp()[..., None]).transpose(-1, -2).contiguous()
+    # k^T scaled per column, written straight into a contiguous [d, C] layout (one pass, no separate copy).
+    k_decayed_t = torch.mul(k.transpose(-1, -2), (cum_g[..., -1:] - cum_g).exp()[..., None, :],
+                            out=k.new_empty(*k.shape[:-2], k.shape[-1], size))
     chunk_decay = cum_g[..., -1].exp()[..., None, None]
 
-    out, state = torch.empty_like(u), state.clone()
+    # The scan works on 3-D [batch, rows, cols] blocks, so that each product with the state and the sum it
+    # feeds is one baddbmm (a fused multiply-add) instead of a product and a separate addition.
+    batch_shape = state.shape[:-2]
+    u, w, intra, q_decayed, k_decayed_t, chunk_decay = (
+        t.flatten(1, -3) for t in (u, w, intra, q_decayed, k_decayed_t, chunk_decay))
+    state = state.flatten(0, -3).clone()
+    # Outputs in token order ([batch, chunk, C, dv]): the result below is a view, not a reordering copy.
+    # Each step computes into two contiguous buffers (no allocation inside the loop; a strided ``out=``
+    # would make each product copy), then copies its outputs into place.
+    out = u.new_empty(state.shape[0], n, size, u.shape[-1])
+    v_new, o = torch.empty_like(u[0]), torch.empty_like(u[0])
     for i in range(n):
-        v_new = u[i] - w[i] @ state
-        torch.matmul(q_decayed[i], state, out=out[i]).add_(intra[i] @ v_new)
-        state.mul_(chunk_decay[i]).add_(k_decayed_t[i] @ v_new)
+        torch.baddbmm(u[i], w[i], state, alpha=-1, out=v_new)  # u - w @ state
+        torch.bmm(intra[i], v_new, out=o).baddbmm_(q_decayed[i], state)
+        out[:, i] = o
+        state.mul_(chunk_decay[i]).baddbmm_(k_decayed_t[i], v_new)
         if after_chunk is not None:
-            after_chunk(min((i + 1) * size, length), state)
-    out = out.movedim(0, -3)
-    return out.reshape(*out.shape[:-3], n * size, out.shape[-1])[..., :length, :], state
+            after_chunk(min((i + 1) * size, length), state.view(*batch_shape, *state.shape[-2:]))
+    out = out.view(*batch_shape, n * size, out.shape[-1])
+    return out[..., :length, :], state.view(*batch_shape, *state.shape[-2:])
 
 
 def _solve_unit_lower(system: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
