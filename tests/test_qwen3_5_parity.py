@@ -214,6 +214,21 @@ def test_chunked_delta_rule_equals_recurrent():
         assert (final - expected_state).abs().max().item() < 1e-5
 
 
+def test_chunked_delta_rule_takes_one_head_without_batch_dims():
+    """``[..., L, d]`` with ``...`` empty: one head's ``[L, d]`` inputs give the batched call's result."""
+    gen = torch.Generator().manual_seed(1)
+    length, dk, dv = 37, 8, 6
+    q = torch.nn.functional.normalize(torch.randn(length, dk, generator=gen), dim=-1) * dk**-0.5
+    k = torch.nn.functional.normalize(torch.randn(length, dk, generator=gen), dim=-1)
+    v, state = torch.randn(length, dv, generator=gen), torch.randn(dk, dv, generator=gen)
+    g = -torch.nn.functional.softplus(torch.randn(length, generator=gen))
+    beta = torch.sigmoid(torch.randn(length, generator=gen))
+    o, final = chunked_delta_rule(q, k, v, g, beta, state, chunk_size=8)
+    batched_o, batched_final = chunked_delta_rule(*(t[None] for t in (q, k, v, g, beta, state)), chunk_size=8)
+    assert o.shape == (length, dv) and final.shape == (dk, dv)
+    assert torch.equal(o, batched_o[0]) and torch.equal(final, batched_final[0])
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_runs_close_to_transformers(dtype):
     hf_model, ours = hf_and_ours(tiny_hf_config(tied=False, key_heads=2), dtype=dtype)

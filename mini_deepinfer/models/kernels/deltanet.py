@@ -258,8 +258,8 @@ def chunked_delta_rule(
     # feeds is one baddbmm (a fused multiply-add) instead of a product and a separate addition.
     batch_shape = state.shape[:-2]
     u, w, intra, q_decayed, k_decayed_t, chunk_decay = (
-        t.flatten(1, -3) for t in (u, w, intra, q_decayed, k_decayed_t, chunk_decay))
-    state = state.flatten(0, -3).clone()
+        t.reshape(n, -1, *t.shape[-2:]) for t in (u, w, intra, q_decayed, k_decayed_t, chunk_decay))
+    state = state.reshape(-1, *state.shape[-2:]).clone()
     # Outputs in token order ([batch, chunk, C, dv]): the result below is a view, not a reordering copy.
     # Each step computes into two contiguous buffers (no allocation inside the loop; a strided ``out=``
     # would make each product copy), then copies its outputs into place.
