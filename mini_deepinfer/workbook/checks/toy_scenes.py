@@ -1,0 +1,159 @@
+"""The core lessons' scenarios on the toy runner, and the comparisons and invariants they share.
+
+Scope: running the lessons' own demos (lesson 1's two requests, ``python -m mini_deepinfer``; the A/B/C requests
+of lessons 3 and 4, ``pipeline_demo --toy``) and small scenarios of the same kind, keeping every printed line,
+trace event and the engine at the end (:class:`Run`); :func:`first_difference` (the first line where the
+learner's run leaves the engine's, with its round); invariants every engine lesson holds (slots returned,
+tokens committed in order and once, the toy cache holding prompt + output). Standard library only: the page
+runs these. Non-scope: which scenario a lesson runs (its ``lesson_NN.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mini_deepinfer import pipeline_demo
+from mini_deepinfer.__main__ import run_demo as lesson1_demo
+from mini_deepinfer.core.engine import Engine
+from mini_deepinfer.core.trace import TraceEvent, format_event
+
+from ..words import Words
+
+MAX_ROUNDS = 200  # every scenario here ends within 40 rounds; a schedule that stalls stops here
+
+
+@dataclass
+class Run:
+    """One scenario's run: the lines its demo printed, the engine's trace events, the engine at the end."""
+
+    lines: list[str] = field(default_factory=list)
+    events: list[TraceEvent] = field(default_factory=list)
+    engine: Engine | None = None
+
+    @property
+    def event_lines(self) -> list[str]:
+        return [format_event(event) for event in self.events]
+
+
+class Stalled(RuntimeError):
+    """The scenario ran ``MAX_ROUNDS`` rounds without finishing."""
+
+
+def _bounded(engine: Engine) -> None:
+    if engine.round_id >= MAX_ROUNDS:
+        raise Stalled(f"the engine was still busy after {MAX_ROUNDS} rounds")
+
+
+def lesson1(slots: int = 8, cancel: str | None = None, after: int = 1, pipeline: bool = False) -> Run:
+    """Lesson 1's demo (``python -m mini_deepinfer``), as its flags would run it."""
+    run = Run()
+    args = argparse.Namespace(slots=slots, cancel=cancel, cancel_after_round=after, pipeline=pipeline)
+    run.engine = lesson1_demo(args, print_line=run.lines.append)
+    run.events = list(run.engine.trace.events)
+    return run
+
+
+def abc(**options: object) -> Run:
+    """The A/B/C demo of lessons 3 and 4 on the toy runner (``pipeline_demo --toy`` with these options)."""
+    run = Run()
+    demo_options = pipeline_demo.DemoOptions(toy=True, **options)
+    original_drive = pipeline_demo.drive
+
+    def drive(engine, requests, after_step=lambda: None) -> None:
+        original_drive(engine, requests, lambda: (after_step(), _bounded(engine)))
+
+    pipeline_demo.drive = drive
+    try:
+        run.engine = pipeline_demo.run_demo(demo_options, print_line=run.lines.append)
+    finally:
+        pipeline_demo.drive = original_drive
+    run.events = list(run.engine.trace.events)
+    return run
+
+
+def drive(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], object]]],
+          during: Callable[[Engine], None] = lambda engine: None) -> Run:
+    """Submit each request after its round (``arrivals[round]``), step until done; returns the run."""
+    pending = dict(arrivals)
+    while pending or engine.has_unfinished():
+        for request_id, prompt, params in pending.pop(engine.round_id, []):
+            engine.submit(request_id, prompt, params)
+        engine.step()
+        during(engine)
+        _bounded(engine)
+    return Run(events=list(engine.trace.events), engine=engine)
+
+
+DIFFERS = Words("round {round}: the engine's run says\n    {expected}\nyours says\n    {actual}",
+                "第 {round} 轮：引擎的运行是\n    {expected}\n你的运行是\n    {actual}")
+SHORTER = Words("yours stops after {count} lines; the engine's goes on with\n    {expected}",
+                "你的运行在第 {count} 行之后就结束了；引擎的还有\n    {expected}")
+LONGER = Words("yours goes on after the engine's last line with\n    {actual}",
+               "引擎的运行已经结束，你的还在继续：\n    {actual}")
+
+
+def _round_of(line: str) -> str:
+    return line.split("]", 1)[0].removeprefix("[round ").strip() if line.startswith("[round ") else "?"
+
+
+def first_difference(expected: list[str], actual: list[str]) -> Words | None:
+    """None if the two runs printed the same lines; else the first line where they part."""
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        if want != got:
+            return DIFFERS.format(round=_round_of(want), expected=want, actual=got)
+    if len(actual) < len(expected):
+        return SHORTER.format(count=len(actual), expected=expected[len(actual)])
+    if len(actual) > len(expected):
+        return LONGER.format(actual=actual[len(expected)])
+    return None
+
+
+def same_in(scenarios: tuple[Callable[[], Run], ...]) -> Callable:
+    """A comparison step: each scenario's printed lines (its trace lines where it prints none) with the
+    learner's functions equal the engine's, line by line; the first difference names its scenario."""
+    def compare(trial) -> Words | None:
+        for scenario in scenarios:
+            want, got = trial.engine(scenario), trial.learner(scenario)
+            differs = first_difference(want.lines or want.event_lines, got.lines or got.event_lines)
+            if differs is not None:
+                return Words(f"scenario {scenario.__name__}: {differs.en}", f"场景 {scenario.__name__}：{differs.zh}")
+        return None
+    return compare
+
+
+NOT_RETURNED = Words("{pool}: {free} of {capacity} slots free after every request finished (a slot was "
+                     "never given back)", "{pool}：所有请求结束后只有 {free}/{capacity} 个槽位空闲（有槽位没有归还）")
+
+
+def slots_returned(run: Run) -> Words | None:
+    """With nothing running, every KV and state slot is free again."""
+    for pool in (run.engine.kv_pool, run.engine.state_pool):
+        if pool is not None and pool.num_free != pool.capacity:
+            return NOT_RETURNED.format(pool=pool.name, free=pool.num_free, capacity=pool.capacity)
+    return None
+
+
+OUT_OF_ORDER = Words("{request}: the commit events add up to {committed}, but the output is {output}",
+                     "{request}：commit 事件合起来是 {committed}，而输出是 {output}")
+AFTER_STOP = Words("{request}: a token was committed after it finished ({reason})",
+                   "{request}：结束（{reason}）之后又提交了 token")
+
+
+def committed_in_order(run: Run) -> Words | None:
+    """Each request's commit events, in order, add up to its output; none comes after its finish."""
+    committed: dict[str, list[int]] = {}
+    finished: dict[str, str] = {}
+    for event in run.events:
+        if event.kind == "commit":
+            if event.request_id in finished:
+                return AFTER_STOP.format(request=event.request_id, reason=finished[event.request_id])
+            committed.setdefault(event.request_id, []).extend(event.data["tokens"])
+        elif event.kind == "finish":
+            finished[event.request_id] = event.data["reason"]
+    for request_id, req in run.engine.requests.items():
+        if committed.get(request_id, []) != list(req.output_token_ids):
+            return OUT_OF_ORDER.format(request=request_id, committed=committed.get(request_id, []),
+                                       output=list(req.output_token_ids))
+    return None

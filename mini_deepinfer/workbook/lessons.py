@@ -1,0 +1,207 @@
+"""The fifteen exercises: for each lesson, the engine's function(s) the learner writes and the hints they get.
+
+Scope: the table :data:`EXERCISES` and :func:`exercise` (one by lesson number, or a one-line error). Titles and
+section names are the lesson pages' own (a test holds them to the pages' headings). Non-scope: the checks
+(``checks/lesson_NN.py``), the starter's text (``starter.py``).
+"""
+
+from __future__ import annotations
+
+from .exercise import Exercise
+from .words import Words
+
+CORE = "mini_deepinfer.core"
+
+EXERCISES: tuple[Exercise, ...] = (
+    Exercise(
+        1, Words("The life of one request", "一条请求的一生"), "lessons/01-life-of-a-request",
+        (f"{CORE}.commit:commit_tokens", f"{CORE}.engine:Engine.commit_sampled"), True,
+        Words("append the round's tokens to the output one at a time, checking the stop after each; keep the "
+              "rest as discarded; then record the commit group, the time of the first token and the trace "
+              "events, and finish the request if a token stopped it.",
+              "把这一轮的 token 逐个追加到输出，每追加一个就检查一次停止条件，其余的算作丢弃；然后记下提交组、"
+              "首个 token 的时间和 trace 事件，若某个 token 让请求停止就结束它。"),
+        Words("the lesson-1 demo's trace round by round, outputs and finish reasons equal to the engine's, "
+              "tokens committed in order and each once, nothing committed after a stop, every slot returned.",
+              "第 1 课演示的 trace 逐轮与引擎一致，输出与结束原因一致，token 按顺序且只提交一次，停止之后不再提交，"
+              "所有槽位都归还。"),
+        ("commit", Words("Result processing: the commit", "结果处理：提交")), "lesson_01"),
+    Exercise(
+        2, Words("Stopping and giving back", "停止与归还"), "lessons/02-stopping-and-giving-back",
+        (f"{CORE}.commit:stop_reason", f"{CORE}.engine:Engine.release_if_idle"), True,
+        Words("stop_reason: eos first (unless ignore_eos), then length. release_if_idle: give a finished "
+              "request's KV slots and state slot back exactly once, and only when no launched round still "
+              "uses them; tell the prefix cache and the runner.",
+              "stop_reason：先看 eos（ignore_eos 时不看），再看长度。release_if_idle：已结束请求的 KV 槽位和状态槽位"
+              "只归还一次，并且只在没有已发出的轮次还在用它们时归还；同时告诉前缀缓存和 runner。"),
+        Words("eos, length and cancel runs equal to the engine's, with and without cross-round execution; "
+              "free == capacity when nothing runs; no slot freed twice or while a round in flight uses it.",
+              "eos、长度和取消的运行与引擎一致（同步与跨轮两种）；没有请求时 free == capacity；"
+              "没有槽位被归还两次，也没有在飞行中的轮次还在用时被归还。"),
+        ("finish-release", Words("Finishing and giving back are two steps", "结束与归还是两步")), "lesson_02"),
+    Exercise(
+        3, Words("Batching under a token budget", "在 token 预算下合批"), "lessons/03-batching",
+        (f"{CORE}.batch:BatchEngine.schedule",), True,
+        Words("fill one round: first one decode token for every running request whose prompt is done (while the "
+              "budget lasts), then prompt tokens: chunked prompts already started, then waiting requests in "
+              "arrival order, admitting each before its first chunk; a request that cannot start stops the "
+              "queue.",
+              "排满一轮：先给每个 prompt 已算完的运行中请求一个 decode token（预算够就给），再排 prompt 的 token："
+              "先排已经开始分块的 prompt，再按到达顺序排等待中的请求，每条在第一块之前先准入；"
+              "一条请求排不上就挡住后面的队列。"),
+        Words("the A/B/C scenario's plans round by round equal to the engine's; no round over the budget or "
+              "max_num_seqs; decodes before prompts; arrival order kept; every slot returned.",
+              "A/B/C 场景的每轮计划与引擎一致；没有一轮超出预算或 max_num_seqs；decode 在 prompt 之前；"
+              "保持到达顺序；所有槽位归还。"),
+        ("schedule", Words("How a round is filled", "一轮怎样排")), "lesson_03"),
+    Exercise(
+        4, Words("Chunked prefill", "分块 prefill"), "lessons/04-chunked-prefill",
+        (f"{CORE}.batch:BatchEngine._chunk_size", f"{CORE}.engine:Engine.plan_prefill"), True,
+        Words("_chunk_size: how many of a request's remaining prompt tokens run this round (a waiting request "
+              "only if it can be admitted, starting after its cached prefix; the whole rest if it fits, else the "
+              "budget with chunked prefill, else 0). plan_prefill: the next n prompt tokens, sampling only with "
+              "the chunk that ends the prompt.",
+              "_chunk_size：这一轮跑请求剩余 prompt 的多少个 token（等待中的请求要能准入，并从缓存的前缀之后开始；"
+              "剩下的放得下就全放，否则开了分块就用掉预算，否则为 0）。plan_prefill：接下来的 n 个 prompt token，"
+              "只有结束 prompt 的那一块才采样。"),
+        Words("chunked runs equal to the engine's plan by plan; chunks cover the prompt in order with no gap or "
+              "overlap; only the last chunk samples; tokens equal to an unchunked run; every slot returned.",
+              "分块运行的每个计划与引擎一致；各块按顺序覆盖整个 prompt，不重不漏；只有最后一块采样；"
+              "token 与不分块的运行相同；所有槽位归还。"),
+        ("chunk-size", Words("How much to cut", "切多少")), "lesson_04"),
+    Exercise(
+        5, Words("The runner: from a round plan to tensors", "Runner：从轮计划到张量"), "lessons/05-runner",
+        ("mini_deepinfer.runtime.staging:stage_round",), False,
+        Words("turn the round's sequences into the staged inputs: token ids, positions, the KV slot of every "
+              "position, the context of each sequence, the state slots, and the rows whose logits are sampled.",
+              "把这一轮的各条序列变成暂存的输入：token id、位置、每个位置的 KV 槽位、每条序列的上下文、状态槽位，"
+              "以及要采样 logits 的行。"),
+        Words("the staged tensors equal to the engine's for prefill, decode and mixed rounds; the model's "
+              "tokens equal to the engine's.",
+              "prefill、decode 与混合轮次暂存的张量与引擎一致；模型产出的 token 与引擎一致。"),
+        ("prepare", Words("From plan to tensors", "从计划到张量")), "lesson_05"),
+    Exercise(
+        6, Words("Qwen3.5's two kinds of layer", "Qwen3.5 的两种层"), "lessons/06-qwen35-layers",
+        ("mini_deepinfer.models.kernels.deltanet:recurrent_delta_step",), False,
+        Words("one decode step of the gated delta rule: decay the state, correct it by the error of its "
+              "prediction for the new key, and read it with the query.",
+              "门控 delta 规则的一步 decode：让状态衰减，用它对新 key 的预测误差修正它，再用 query 读出。"),
+        Words("outputs and new states equal to the engine's step and to the plain reference; a model's "
+              "greedy tokens equal to the engine's.",
+              "输出与新状态与引擎的一步及朴素参考实现一致；模型的 greedy token 与引擎一致。"),
+        ("delta-rule", Words("One step of the delta rule", "delta 规则的一步")), "lesson_06"),
+    Exercise(
+        7, Words("HybridCache", "HybridCache"), "lessons/07-hybrid-cache",
+        ("mini_deepinfer.models.kernels.deltanet:causal_conv_with_window",), False,
+        Words("the causal convolution of a chunk that continues a window: prepend the window, convolve, and "
+              "return the outputs and the new window (the last kernel - 1 inputs).",
+              "接着窗口的一块做因果卷积：把窗口接在前面，卷积，返回输出和新的窗口（最后 kernel - 1 个输入）。"),
+        Words("outputs and windows equal to the engine's; chunked prefill equal to whole prefill.",
+              "输出与窗口与引擎一致；分块 prefill 与整段 prefill 一致。"),
+        ("window", Words("The convolution window across chunks", "卷积窗口跨块")), "lesson_07"),
+    Exercise(
+        8, Words("Sampling", "采样"), "lessons/08-sampling",
+        ("mini_deepinfer.runtime.sampling:_distribution",), False,
+        Words("one row's sampling distribution: divide by the temperature, keep the top-k, then the smallest set "
+              "of tokens whose probability reaches top-p, and return the kept tokens and their probabilities.",
+              "一行的采样分布：除以温度，保留 top-k，再保留概率之和达到 top-p 的最小集合，返回保留的 token 及其概率。"),
+        Words("the distribution equal to the engine's under every filter; seeded samples equal to the "
+              "engine's.",
+              "各种过滤下分布与引擎一致；固定种子的采样结果与引擎一致。"),
+        ("filter", Words("Filtering: temperature, top-k, top-p", "过滤：温度、top-k、top-p")), "lesson_08"),
+    Exercise(
+        9, Words("Checkpoints and text", "检查点与文本"), "lessons/09-weights-and-text",
+        ("mini_deepinfer.models.loader:parameter_name",), False,
+        Words("map a checkpoint's tensor name to our parameter name: the text model's prefix goes, the vision "
+              "tower and the multi-token-prediction head are skipped.",
+              "把检查点里的张量名映射成我们的参数名：去掉文本模型的前缀，跳过视觉塔和多 token 预测头。"),
+        Words("every name of a Qwen3.5 and a Qwen2 checkpoint mapped as the engine maps it; the loaded model "
+              "equal to the engine's.",
+              "Qwen3.5 与 Qwen2 检查点的每个名字都与引擎映射得一样；加载出的模型与引擎一致。"),
+        ("loader", Words("Loading a checkpoint", "加载检查点")), "lesson_09"),
+    Exercise(
+        10, Words("Cross-round execution", "跨轮执行"), "lessons/10-cross-round",
+        (f"{CORE}.engine:Engine.step",), True,
+        Words("one round: schedule, launch the plan if it has sequences, then read either the round just "
+              "launched (synchronous) or the one launched before (cross-round, through the pipeline's swap); "
+              "a runner failure abandons what is in flight; commit what was read.",
+              "一轮：调度，计划非空就发出，然后读回刚发出的那一轮（同步）或上一轮发出的（跨轮，经流水线的 swap）；"
+              "runner 出错就放弃在飞行中的工作；提交读回的结果。"),
+        Words("synchronous and cross-round traces equal to the engine's; cross-round tokens equal to "
+              "synchronous ones; every launched round read once; every slot returned.",
+              "同步与跨轮的 trace 与引擎一致；跨轮的 token 与同步相同；每个发出的轮次恰好读回一次；所有槽位归还。"),
+        ("step-swap", Words("Launch first, then read the previous round", "先发出，再读上一轮")), "lesson_10"),
+    Exercise(
+        11, Words("Stops, cancellation and release across rounds", "跨轮的停止、取消与归还"),
+        "lessons/11-stops-across-rounds",
+        (f"{CORE}.engine:Engine.commit_round",), True,
+        Words("for each sequence of a round just read: one round fewer in flight; if it sampled, one sample "
+              "fewer in flight, and commit its tokens unless the request already finished (then discard them); "
+              "index its prompt; give its slots back if it is idle.",
+              "对刚读回的一轮里的每条序列：在飞行中的轮数减一；若它采样了，在飞行中的采样数减一，"
+              "请求未结束就提交它的 token（已结束就丢弃）；索引它的 prompt；空闲就归还槽位。"),
+        Words("stops and cancels across rounds equal to the engine's trace; nothing committed after a stop; "
+              "slots returned only after the last round that uses them is read; free == capacity at the end.",
+              "跨轮的停止与取消与引擎的 trace 一致；停止后不再提交；槽位只在最后一个用到它们的轮次读回后归还；"
+              "最后 free == capacity。"),
+        ("commit-round", Words("On reading: commit, discard, release", "读回时：提交、丢弃、归还")), "lesson_11"),
+    Exercise(
+        12, Words("Speculative decoding", "投机解码"), "lessons/12-speculative",
+        ("mini_deepinfer.runtime.speculative.verify:verify_greedy",), False,
+        Words("greedy verification: the longest prefix of the drafts equal to the target's argmax, then the "
+              "target's own next token (the correction, or the bonus when every draft matched).",
+              "greedy 验证：草稿中与目标模型 argmax 相同的最长前缀，再加目标模型自己的下一个 token"
+              "（不一致处的更正，或全部接受时的额外 token）。"),
+        Words("accepted groups equal to the engine's; speculative greedy tokens equal to plain greedy.",
+              "接受的 token 组与引擎一致；投机 greedy 的 token 与普通 greedy 相同。"),
+        ("runner", Words("The runner: draft, one verify, decide", "Runner：草稿、一次验证、判定")), "lesson_12"),
+    Exercise(
+        13, Words("After a rejection: restoring both caches", "拒绝之后：恢复两份缓存"),
+        "lessons/13-restoring-caches",
+        ("mini_deepinfer.core.speculative:SpeculativeEngine.rollback",
+         "mini_deepinfer.runtime.speculative.runner:SpeculativeRunner.rewind"), False,
+        Words("rollback: keep prompt + output[:-1] positions, rewind the runner to that length and give the "
+              "rejected positions' KV slots back. rewind: the target's state slot takes the snapshot after the "
+              "last kept position (none is needed when every draft was accepted); the draft follows.",
+              "rollback：保留 prompt + output[:-1] 个位置，让 runner 回退到这个长度，并归还被拒绝位置的 KV 槽位。"
+              "rewind：目标模型的状态槽位取最后一个保留位置之后的快照（全部接受时不需要）；草稿模型随后跟上。"),
+        Words("speculative tokens equal to plain greedy; after every round both caches (KV, convolution "
+              "window, recurrent state) equal a cold recompute of the committed prefix; every slot returned.",
+              "投机解码的 token 与普通 greedy 相同；每轮之后两份缓存（KV、卷积窗口、递归状态）都等于对已提交前缀的"
+              "冷重算；所有槽位归还。"),
+        ("three-parts", Words("Three things go back to the committed prefix", "三样东西要回到已提交的前缀")),
+        "lesson_13"),
+    Exercise(
+        14, Words("Probabilistic acceptance and resampling", "概率接受与补采样"),
+        "lessons/14-probabilistic-acceptance",
+        ("mini_deepinfer.runtime.speculative.verify:verify_sampled",), False,
+        Words("accept draft i with probability min(1, p(d)/q(d)); at the first rejection draw from "
+              "norm(max(0, p - q)) and stop; when all are accepted draw a bonus token from the last p.",
+              "以 min(1, p(d)/q(d)) 的概率接受第 i 个草稿；第一次拒绝时从 norm(max(0, p - q)) 中抽取并停止；"
+              "全部接受时从最后一个 p 抽取额外 token。"),
+        Words("seeded groups equal to the engine's; the delivered tokens distributed as the target alone "
+              "(a statistical test).",
+              "固定种子下的 token 组与引擎一致；交付的 token 服从目标模型单独采样的分布（统计检验）。"),
+        ("verify-sampled", Words("Accept, reject, resample", "接受、拒绝与补采样")), "lesson_14"),
+    Exercise(
+        15, Words("The prefix cache: reusing a prompt's start", "前缀缓存：复用 prompt 的开头"),
+        "lessons/15-prefix-cache",
+        (f"{CORE}.prefix_cache:PrefixCache.match", f"{CORE}.prefix_cache:PrefixCache.insert"), True,
+        Words("match: the longest reusable prefix (whole blocks, then a cached tail), leaving one token to "
+              "compute. insert: index the computed blocks of a prompt, sharing their KV slots and keeping (or "
+              "giving back) the snapshot at each block end.",
+              "match：最长的可复用前缀（整块，再加一个缓存的尾巴），至少留一个 token 要算。insert：把 prompt 已算好的"
+              "块放进索引，共享它们的 KV 槽位，并在每个块末保留（或归还）快照。"),
+        Words("hits and traces equal to the engine's; tokens equal with and without the prefix cache; no "
+              "reuse of an unsaved state; every slot and snapshot returned after clear.",
+              "命中与 trace 与引擎一致；有无前缀缓存 token 相同；不复用未保存的状态；清空后所有槽位与快照都归还。"),
+        ("index", Words("The index: hashed blocks of tokens", "索引：按 token 哈希的 block")), "lesson_15"),
+)
+
+
+def exercise(lesson: int) -> Exercise:
+    """The exercise of ``lesson`` (1 to 15); a ValueError with one line for any other number."""
+    for candidate in EXERCISES:
+        if candidate.lesson == lesson:
+            return candidate
+    raise ValueError(f"no exercise for lesson {lesson}: the lessons are 1 to {len(EXERCISES)}")
