@@ -1,8 +1,9 @@
 """The package's layout is its architecture: each role is a folder, and imports only go down the layers.
 
 Layers, lowest first: ``core`` (the scheduling core, standard library only), ``models`` (the model maths),
-``runtime`` (what runs a model for the engine), ``tools`` (what the commands share), and the commands (the
-top-level modules and ``bench``). Every import in every module is read from the source, including imports
+``runtime`` (what runs a model for the engine), ``tools`` (what the commands share), the commands (the
+top-level modules and ``bench``), and above them ``workbook``, which runs the lessons' own demos and
+``generate`` with a learner's functions swapped in (so it may import the commands). Every import in every module is read from the source, including imports
 inside functions, so a lazy import cannot hide an edge.
 """
 
@@ -18,6 +19,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "mini_deepinfer"
 LAYERS = {"core": 0, "models": 1, "runtime": 2, "tools": 3}
 COMMAND_LAYER = 4
+WORKBOOK_LAYER = 5
 
 
 def module_name(path: Path) -> str:
@@ -49,7 +51,7 @@ def layer(name: str) -> int:
     parts = name.split(".")
     if len(parts) == 1:
         return LAYERS["core"]  # the package itself re-exports the core
-    return LAYERS.get(parts[1], COMMAND_LAYER)
+    return WORKBOOK_LAYER if parts[1] == "workbook" else LAYERS.get(parts[1], COMMAND_LAYER)
 
 
 def command_group(name: str) -> str:
@@ -104,7 +106,7 @@ def test_the_scheduling_core_imports_only_the_standard_library(name: str) -> Non
 
 def test_each_role_is_a_folder_and_the_commands_sit_at_the_top() -> None:
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__"))
-    assert folders == ["bench", "core", "models", "runtime", "tools"]
+    assert folders == ["bench", "core", "models", "runtime", "tools", "workbook"]
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     commands = ["generate", "model_draft_demo", "pipeline_demo", "random_checkpoint"]
     assert top == ["__init__", "__main__", *commands]

@@ -3,7 +3,8 @@
 Scope: for each lesson with mistakes in ``tests/workbook_mistakes/lesson_NN.py`` (at least five each): the
 reference (``solution N``) passes (exit 0), the untouched starter fails kindly (exit 1, "still the starter"),
 and each mistake, applied to the reference as its edits say, fails (exit 1, never 2: a mistake is code that
-runs). Non-scope: mutants made by machine (``test_workbook_mutants.py``), the command line (``test_workbook.py``).
+runs). Non-scope: mutants made by machine (``test_workbook_mutants.py``), the command line
+(``test_workbook.py``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Each workbook check is strong enough that most single-operator changes of the engine's function fail it.
 
-Scope: mutants made by machine from each exercise's reference (``solution N``): a comparison flipped (``==`` and
-``!=``, ``<`` and ``>=``, ``in`` and ``not in`` ...), ``+`` for ``-`` and back, ``and`` for ``or``, an integer
-constant off by one, a ``not`` dropped, a statement dropped. At most ``SAMPLE`` of them per lesson (evenly
-spread over the function, the same ones each run); the check must reject more than ``KILLED`` of them. Some
-mutants cannot be told apart by any run (a ``<=`` where the two sides are never equal), hence "most".
+Scope: mutants made by machine from each exercise's reference (``solution N``): a comparison flipped (``==``
+and ``!=``, ``<`` and ``>=``, ``in`` and ``not in`` ...), ``+`` for ``-`` and back, ``and`` for ``or``, an
+integer constant off by one, a ``not`` dropped, a statement dropped. At most ``SAMPLE`` of them per lesson
+(evenly spread over the function, the same ones each run); the check must reject more than ``KILLED`` of them.
+Some mutants cannot be told apart by any run (a ``<=`` where the two sides are never equal), hence "most".
 Non-scope: the hand-written mistakes (``test_workbook_mistakes.py``).
 """
 
@@ -71,7 +71,8 @@ def mutants(target: str) -> list[tuple[str, str]]:
     for index in range(count):
         copy_tree = copy.deepcopy(tree)
         kind, node = _sites(copy_tree.body[0])[index]
-        description = f"{kind} at line {getattr(node, 'lineno', '?')}: {ast.unparse(node).splitlines()[0][:60]}"
+        shown = ast.unparse(node).splitlines()[0][:60]
+        description = f"{kind} at line {getattr(node, 'lineno', '?')}: {shown}"
         if kind == "drop":
             _drop(copy_tree, node)
         elif kind == "not":
@@ -135,4 +136,5 @@ def test_most_single_operator_changes_of_the_reference_fail_the_check(lesson, mo
         pytest.skip("no source")
     survivors = [what for what, text in cases if check_source(item, text, "lesson.py", "en").code == 0]
     killed = 1 - len(survivors) / len(cases)
-    assert killed > KILLED, f"{len(survivors)} of {len(cases)} mutants pass the check:\n" + "\n".join(survivors)
+    listed = "\n".join(survivors)
+    assert killed > KILLED, f"{len(survivors)} of {len(cases)} mutants pass the check:\n{listed}"

@@ -1,7 +1,7 @@
-"""The workbook: write the engine's functions yourself, one lesson at a time, and check them inside the engine.
+"""The workbook: write the engine's functions yourself, lesson by lesson, and check them inside the engine.
 
 Scope: fifteen exercises, one per lesson (``lessons.py``). For each, a starter generated from the engine's own
-function (``starter.py``: signature, docstring, the lesson's hints, a body that raises ``NotImplementedError``),
+function (``starter.py``: signature, docstring, the lesson's hints, a body raising ``NotImplementedError``),
 the learner's file loaded and swapped into the real engine in place of that function (``learner.py``), and a
 check that runs the lesson's scenario with the learner's function and with the engine's own, then the lesson's
 invariants, and reports in the learner's language (``checking.py``, ``checks/``). ``python -m

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mini_deepinfer.tools.cli import OneLineParser, UsageError, run_command
 
-from .checking import check_source
+from .checking import LearnerRaised, check_source
 from .learner import BadFile
 from .lessons import EXERCISES, exercise
 from .starter import put_solution, solution_text, starter_text
@@ -25,9 +25,10 @@ from .words import LANGUAGES, Words, default_language
 
 DEFAULT_DIR = "workbook"
 
-STARTED = Words("wrote {path}: write the body of {names}, then run: python -m mini_deepinfer.workbook check "
-                "{lesson}", "已写出 {path}：写好 {names} 的函数体，然后运行：python -m mini_deepinfer.workbook "
-                "check {lesson}")
+STARTED = Words("wrote {path}: write the body of {names}, then run: python -m mini_deepinfer.workbook "
+                "check {lesson}",
+                "已写出 {path}：写好 {names} 的函数体，然后运行："
+                "python -m mini_deepinfer.workbook check {lesson}")
 KEPT = Words("{path} already exists and was left as it is (start {lesson} --force starts over, keeping a "
              "backup)", "{path} 已存在，保持不变（start {lesson} --force 会重新开始，并保留备份）")
 BACKUP = Words("kept the old file as {path}", "旧文件已保留为 {path}")
@@ -39,10 +40,10 @@ WHERE = {True: "page", False: "local"}
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(prog="python -m mini_deepinfer.workbook",
-                           description="Write the engine's functions yourself and check them inside the engine.")
+                           description="Write the engine's functions yourself; check them inside the engine.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    listing = commands.add_parser("list", help="the exercises: lesson, function, where it runs (page / local)")
-    listing.add_argument("--lang", choices=LANGUAGES, help="language of the titles (default: from the locale)")
+    listing = commands.add_parser("list", help="the exercises: lesson, page or local, function")
+    listing.add_argument("--lang", choices=LANGUAGES, help="language of titles (default: the locale's)")
     for name, text in (("start", "write the starter for lesson N"),
                        ("check", "run lesson N's checks on your functions"),
                        ("solution", "print the reference (the engine's own function)")):
@@ -51,14 +52,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         sub.add_argument("--dir", default=DEFAULT_DIR, help=f"the workbook folder (default {DEFAULT_DIR}/)")
         sub.add_argument("--lang", choices=LANGUAGES, help="language of messages (default: from the locale)")
         if name == "start":
-            sub.add_argument("--force", action="store_true", help="start over, keeping the old file as a backup")
+            sub.add_argument("--force", action="store_true", help="start over (keeps a backup)")
         if name == "solution":
             sub.add_argument("--write", action="store_true",
                              help="replace your function(s) in your file with the engine's (keeps a backup)")
     run = commands.add_parser("run", help="generate text with every function you have written swapped in")
     run.add_argument("--dir", default=DEFAULT_DIR, help=f"the workbook folder (default {DEFAULT_DIR}/)")
     run.add_argument("--lang", choices=LANGUAGES, help="language of messages (default: from the locale)")
-    run.add_argument("generate", nargs=argparse.REMAINDER, help="-- then the flags of mini_deepinfer.generate")
+    run.add_argument("generate", nargs=argparse.REMAINDER, help="-- then generate's flags")
     args = parser.parse_args(argv)
     args.lang = args.lang or default_language()
     return args
@@ -69,7 +70,10 @@ def int_lesson(text: str) -> int:
         lesson = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"lesson must be a number from 1 to {len(EXERCISES)}, got {text!r}")
-    exercise(lesson)  # one line for 0, 16, ...
+    try:
+        exercise(lesson)
+    except ValueError as exc:  # 0, 16, ...: argparse shows an ArgumentTypeError's own words
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return lesson
 
 
@@ -160,8 +164,12 @@ def main_body(argv: list[str]) -> int:
     if args.command == "list":
         return show_list(args.lang)
     if args.command == "run":
-        from .capstone import run_capstone  # imports torch: only for the capstone
-        return run_capstone(Path(args.dir), args.generate, args.lang)
+        from .capstone import run_capstone, show_raised  # the capstone runs generate (and torch)
+
+        try:
+            return run_capstone(Path(args.dir), args.generate, args.lang)
+        except LearnerRaised as exc:
+            return show_raised(exc, Path(args.dir), args.lang)
     return {"start": start, "check": check, "solution": solution}[args.command](args)
 
 

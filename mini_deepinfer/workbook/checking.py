@@ -1,12 +1,12 @@
 """Checking the learner's functions: the lesson's scenario with theirs and with the engine's, then invariants.
 
-Scope: :class:`Trial` (runs a scenario once with the engine's own functions and once with the learner's swapped
-in, each run kept for the later steps), :func:`check_source` (load the learner's text, run the lesson's
-``CHECKS`` in order, and say in the learner's language what held, the first step that broke, and which section
-of the lesson to re-read), and :class:`Outcome` (its lines and exit code: 0 all held, 1 a step broke or the
-learner's code raised, 2 the file cannot be checked). The first step of every lesson compares with the engine;
-it does not stop the check, so the first broken invariant is named too. An exception in the learner's code
-stops the check and is shown with the frames of their file only.
+Scope: :class:`Trial` (runs a scenario once with the engine's own functions and once with the learner's
+swapped in, each run kept for the later steps), :func:`check_source` (load the learner's text, run the
+lesson's ``CHECKS`` in order, and say in the learner's language what held, the first step that broke, and
+which section of the lesson to re-read), and :class:`Outcome` (its lines and exit code: 0 all held, 1 a step
+broke or the learner's code raised, 2 the file cannot be checked). The first step of every lesson compares
+with the engine; it does not stop the check, so the first broken invariant is named too. An exception in the
+learner's code stops the check and is shown with the frames of their file only.
 Non-scope: the scenarios and invariants (``checks/lesson_NN.py``), files and flags (``__main__.py``).
 """
 
@@ -30,9 +30,11 @@ BROKE = Words("  FAIL  {name}", "  未通过  {name}")
 REREAD = Words("        re-read: lesson {lesson}, {link}", "        回去读：第 {lesson} 课，{link}")
 ALL_HELD = Words("lesson {lesson}: every check holds. Your {names} runs inside the engine as its own does.",
                  "第 {lesson} 课：全部检查通过。你写的 {names} 在引擎里跑出了与引擎自己的版本相同的结果。")
-SOME_BROKE = Words("lesson {lesson}: {failed} of {total} checks broke; the first one above says where to look.",
+SOME_BROKE = Words("lesson {lesson}: {failed} of {total} checks broke; the first one above says where to "
+                   "look.",
                    "第 {lesson} 课：{total} 项检查中有 {failed} 项未通过；看上面第一项，它指明了该读哪一节。")
-STARTER = Words("lesson {lesson}: {name}() is still the starter (it raises NotImplementedError). Write its body "
+STARTER = Words("lesson {lesson}: {name}() is still the starter (it raises NotImplementedError). Write its "
+                "body "
                 "in {file}, then run the check again. Stuck? Read {link}.",
                 "第 {lesson} 课：{name}() 还是起步代码（抛出 NotImplementedError）。在 {file} 里写好函数体，"
                 "再检查一次。卡住了？读 {link}。")
@@ -56,7 +58,7 @@ class TookTooLong(Exception):
 
 @contextmanager
 def time_limit(seconds: int) -> Iterator[None]:
-    """Raise :class:`TookTooLong` after ``seconds`` (on the main thread where SIGALRM exists; else no limit)."""
+    """Raise :class:`TookTooLong` after ``seconds`` (on the main thread, where SIGALRM exists)."""
     usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
     if not usable:
         yield
@@ -158,7 +160,8 @@ def run_checks(exercise: Exercise, trial: Trial, filename: str, lang: str) -> Ou
 
 
 def raised_lines(exercise: Exercise, exc: BaseException, name: str, filename: str, lang: str) -> list[str]:
-    """A starter still in place gets a kind line; any other exception its traceback, cut to the learner's file."""
+    """A starter still in place gets a kind line; any other exception its traceback, cut to the learner's
+    file."""
     where = last_frame_in(exc, filename)
     if isinstance(exc, NotImplementedError) and where in exercise.names:
         return [STARTER(lang).format(lesson=exercise.lesson, name=where, file=filename,

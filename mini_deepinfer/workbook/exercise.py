@@ -11,12 +11,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .words import Words
-
-if TYPE_CHECKING:
-    from .checking import Trial
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ class Check:
     """
 
     name: Words
-    run: Callable[[Trial], Words | None]
+    run: Callable[..., Words | None]  # takes the check's Trial (checking.py)
     section: str = ""
 
 

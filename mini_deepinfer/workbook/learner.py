@@ -21,7 +21,7 @@ PACKAGE = "mini_deepinfer"
 
 
 class BadFile(ValueError):
-    """The learner's file cannot be checked as it is (a syntax error, a function renamed): one line, exit 2."""
+    """The learner's file cannot be checked as it is (a syntax error, a renamed function): exit 2."""
 
 
 def load_functions(exercise: Exercise, source: str, filename: str) -> dict[str, Callable]:
@@ -59,9 +59,19 @@ def _holders(original: Callable) -> list[tuple[object, str]]:
 
 
 @contextmanager
-def swapped(functions: dict[str, Callable]) -> Iterator[None]:
-    """Inside the block the engine runs the learner's functions instead of its own; outside, its own again."""
+def swapped(functions: dict[str, Callable]) -> Iterator[Callable[[], None]]:
+    """Inside the block the engine runs the learner's functions instead of its own; outside, its own again.
+
+    The block gets a function that puts the engine's own back early (the capstone's greedy check runs the
+    engine's own functions after the learner's have generated the text).
+    """
     saved: list[tuple[object, str, object]] = []
+
+    def restore() -> None:
+        while saved:
+            place, attr, value = saved.pop()
+            setattr(place, attr, value)
+
     try:
         for target, function in functions.items():
             owner, name, original = resolve(target)
@@ -69,10 +79,9 @@ def swapped(functions: dict[str, Callable]) -> Iterator[None]:
             for place, attr in places:
                 saved.append((place, attr, vars(place)[attr]))
                 setattr(place, attr, function)
-        yield
+        yield restore
     finally:
-        for place, attr, value in reversed(saved):
-            setattr(place, attr, value)
+        restore()
 
 
 def learner_traceback(exc: BaseException, filename: str) -> list[str]:

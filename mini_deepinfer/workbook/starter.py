@@ -2,9 +2,10 @@
 
 Scope: :func:`reference_source` (the engine's function as the engine has it, section markers left out),
 :func:`starter_text` (the learner's file for a lesson: the imports the function uses, its signature and
-docstring, the lesson's hints, and a body that raises ``NotImplementedError``), :func:`solution_text` (the same
-file with the engine's bodies) and :func:`put_solution` (the learner's file with their functions replaced by the
-engine's). A change to the engine changes the starter: a test regenerates the committed starters and compares.
+docstring, the lesson's hints, and a body that raises ``NotImplementedError``), :func:`solution_text` (the
+same file with the engine's bodies) and :func:`put_solution` (the learner's file with their functions replaced
+by the engine's). A change to the engine changes the starter: a test regenerates the committed starters and
+compares.
 Non-scope: writing files and backups (``__main__.py``), checking (``checking.py``).
 """
 
@@ -25,9 +26,9 @@ MARKER = "# --8<--"
 WIDTH = 100
 
 HEADER = Words(
-    'Workbook, lesson {lesson}: {title}.\n\nWrite the body of {names} below; everything else in the engine stays '
-    'the engine\'s own.\nCheck it:      python -m mini_deepinfer.workbook check {lesson}\nThe reference: '
-    'python -m mini_deepinfer.workbook solution {lesson}\n',
+    'Workbook, lesson {lesson}: {title}.\n\nWrite the body of {names} below; everything else in the engine '
+    'stays the engine\'s own.\nCheck it:      python -m mini_deepinfer.workbook check {lesson}\n'
+    'The reference: python -m mini_deepinfer.workbook solution {lesson}\n',
     '练习册，第 {lesson} 课：{title}。\n\n在下面写出 {names} 的函数体；引擎的其余部分仍是引擎自己的。\n'
     '检查：    python -m mini_deepinfer.workbook check {lesson}\n参考答案：python -m mini_deepinfer.workbook '
     'solution {lesson}\n')
@@ -52,7 +53,8 @@ def _module_names(module_name: str) -> dict[str, str]:
     lines: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
-            source = resolve_name("." * node.level + (node.module or ""), package) if node.level else node.module
+            relative = "." * node.level + (node.module or "")
+            source = resolve_name(relative, package) if node.level else node.module
             for alias in node.names:
                 name = alias.asname or alias.name
                 as_part = f" as {alias.asname}" if alias.asname else ""
@@ -80,7 +82,8 @@ def imports_for(exercise: Exercise) -> list[str]:
     plain: set[str] = set()
     for target in exercise.targets:
         available = _module_names(target.partition(":")[0])
-        used = {node.id for node in ast.walk(ast.parse(reference_source(target))) if isinstance(node, ast.Name)}
+        tree = ast.parse(reference_source(target))
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
         for name in sorted(used - set(exercise.names)):
             line = available.get(name)
             if line is None or hasattr(builtins, name):
@@ -139,7 +142,8 @@ def put_solution(exercise: Exercise, source: str, filename: str) -> str:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        raise BadFile(f"{filename}, line {exc.lineno}: {exc.msg}; fix it, or start again with --force") from None
+        raise BadFile(f"{filename}, line {exc.lineno}: {exc.msg}; fix it, or start again with --force") \
+            from None
     lines = source.splitlines()
     spans = {}
     for node in tree.body:
@@ -148,7 +152,8 @@ def put_solution(exercise: Exercise, source: str, filename: str) -> str:
             spans[node.name] = (start - 1, node.end_lineno)
     for target, name in zip(exercise.targets, exercise.names):
         if name not in spans:
-            raise BadFile(f"{filename} has no function {name}() (the starter's name); start again with --force")
+            raise BadFile(f"{filename} has no function {name}() (the starter's name); "
+                          "start again with --force")
     for target, name in sorted(zip(exercise.targets, exercise.names), key=lambda pair: -spans[pair[1]][0]):
         start, end = spans[name]
         lines[start:end] = reference_source(target).rstrip("\n").splitlines()

@@ -27,7 +27,7 @@ class Words:
 
 
 def default_language(environ: dict[str, str] | None = None) -> str:
-    """``zh`` when the locale (``LC_ALL``, ``LC_MESSAGES``, ``LANG``, in that order) is Chinese, else ``en``."""
+    """``zh`` when the locale (``LC_ALL``, ``LC_MESSAGES``, ``LANG``, first set) is Chinese, else ``en``."""
     env = os.environ if environ is None else environ
     for name in ("LC_ALL", "LC_MESSAGES", "LANG"):
         value = env.get(name, "")

@@ -35,8 +35,8 @@ def crowd() -> Run:
     config = EngineConfig(kv_capacity=64, state_capacity=2, max_num_seqs=2, max_batched_tokens=4,
                           chunked_prefill=True)
     engine = BatchEngine(ToyRunner(), config)
-    arrivals = {0: [(f"r{i}", [10 * i + j for j in range(1 + i % 3)], SamplingParams(max_new_tokens=2 + i % 2))
-                    for i in range(4)],
+    arrivals = {0: [(f"r{i}", [10 * i + j for j in range(1 + i % 3)],
+                     SamplingParams(max_new_tokens=2 + i % 2)) for i in range(4)],
                 2: [("r4", [40, 41, 42, 43, 44], SamplingParams(max_new_tokens=2)),
                     ("r5", [50], SamplingParams(max_new_tokens=3))]}
     return drive(engine, arrivals)
@@ -63,8 +63,9 @@ def _rounds(run: Run) -> dict[int, list]:
 
 
 OVER = Words("round {round} computes {tokens} tokens for {seqs} requests; the budget is {budget} tokens and "
-             "{max_seqs} requests", "第 {round} 轮为 {seqs} 条请求计算了 {tokens} 个 token；预算是 {budget} 个 token、"
-             "{max_seqs} 条请求")
+             "{max_seqs} requests",
+             "第 {round} 轮为 {seqs} 条请求计算了 {tokens} 个 token；"
+             "预算是 {budget} 个 token、{max_seqs} 条请求")
 
 
 def within_budget(trial) -> Words | None:
@@ -88,7 +89,8 @@ def decodes_first(trial) -> Words | None:
         for round_id, seqs in _rounds(trial.learner(scenario)).items():
             phases = [event.data["phase"] for event in seqs]
             if "decode" in phases and "prefill" in phases[: len(phases) - phases[::-1].index("decode")]:
-                request = next(e.request_id for e in seqs[phases.index("prefill"):] if e.data["phase"] == "decode")
+                later = seqs[phases.index("prefill"):]
+                request = next(e.request_id for e in later if e.data["phase"] == "decode")
                 return LATE_DECODE.format(round=round_id, request=request)
     return None
 
@@ -126,7 +128,8 @@ CHECKS = (
                 "A/B/C 的每一轮（及四个变体）与引擎逐行一致"), same_in(SCENARIOS)),
     Check(Words("no round computes more than the budget or runs more than max_num_seqs requests",
                 "没有一轮超出 token 预算或 max_num_seqs"), within_budget),
-    Check(Words("in every round, decode tokens come before prompt tokens", "每一轮里 decode 都排在 prompt 之前"),
+    Check(Words("in every round, decode tokens come before prompt tokens",
+                "每一轮里 decode 都排在 prompt 之前"),
           decodes_first),
     Check(Words("waiting requests start in arrival order", "等待中的请求按到达顺序开始"), arrival_order,
           "admission"),

@@ -1,22 +1,25 @@
 """The core lessons' scenarios on the toy runner, and the comparisons and invariants they share.
 
-Scope: running the lessons' own demos (lesson 1's two requests, ``python -m mini_deepinfer``; the A/B/C requests
-of lessons 3 and 4, ``pipeline_demo --toy``) and small scenarios of the same kind, keeping every printed line,
-trace event and the engine at the end (:class:`Run`); :func:`first_difference` (the first line where the
-learner's run leaves the engine's, with its round); invariants every engine lesson holds (slots returned,
-tokens committed in order and once, the toy cache holding prompt + output). Standard library only: the page
-runs these. Non-scope: which scenario a lesson runs (its ``lesson_NN.py``).
+Scope: running the lessons' own demos (lesson 1's two requests, ``python -m mini_deepinfer``; the A/B/C
+requests of lessons 3 and 4, ``pipeline_demo --toy``) and small scenarios of the same kind, keeping every
+printed line, trace event and the engine at the end (:class:`Run`); :func:`first_difference` (the first line
+where the learner's run leaves the engine's, with its round); invariants every engine lesson holds (slots
+returned, tokens committed in order and once, the toy cache holding prompt + output). Standard library only:
+the page runs these. Non-scope: which scenario a lesson runs (its ``lesson_NN.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 from mini_deepinfer import pipeline_demo
 from mini_deepinfer.__main__ import run_demo as lesson1_demo
 from mini_deepinfer.core.engine import Engine
+from mini_deepinfer.core.plan import RoundPlan
+from mini_deepinfer.core.speculative import SpeculativeResult, Verified
+from mini_deepinfer.core.toy import ToyLaunch, ToyRunner
 from mini_deepinfer.core.trace import TraceEvent, format_event
 
 from ..words import Words
@@ -118,13 +121,15 @@ def same_in(scenarios: tuple[Callable[[], Run], ...]) -> Callable:
             want, got = trial.engine(scenario), trial.learner(scenario)
             differs = first_difference(want.lines or want.event_lines, got.lines or got.event_lines)
             if differs is not None:
-                return Words(f"scenario {scenario.__name__}: {differs.en}", f"场景 {scenario.__name__}：{differs.zh}")
+                name = scenario.__name__
+                return Words(f"scenario {name}: {differs.en}", f"场景 {name}：{differs.zh}")
         return None
     return compare
 
 
 NOT_RETURNED = Words("{pool}: {free} of {capacity} slots free after every request finished (a slot was "
-                     "never given back)", "{pool}：所有请求结束后只有 {free}/{capacity} 个槽位空闲（有槽位没有归还）")
+                     "never given back)",
+                     "{pool}：所有请求结束后只有 {free}/{capacity} 个槽位空闲（有槽位没有归还）")
 
 
 def slots_returned(run: Run) -> Words | None:
@@ -156,4 +161,126 @@ def committed_in_order(run: Run) -> Words | None:
         if committed.get(request_id, []) != list(req.output_token_ids):
             return OUT_OF_ORDER.format(request=request_id, committed=committed.get(request_id, []),
                                        output=list(req.output_token_ids))
+    return None
+
+
+# Lessons 1, 2, 10 and 11: runs driven step by step, a drafting toy, and the release invariants they share.
+
+@dataclass(frozen=True)
+class Held:
+    """One request's bookkeeping after a step: what lessons 1, 2 and 11 hold it to."""
+
+    finished: bool
+    rounds_in_flight: int
+    holds_slots: bool
+    first_token_at: float | None
+    cache: tuple[int, ...]  # the toy cache's tokens in the request's KV slots
+    committed: tuple[int, ...]  # prompt + output[:-1]: what the cache holds while the request decodes
+
+
+@dataclass
+class Stepped(Run):
+    """A run driven one ``step()`` at a time: what each step delivered, and every request after it."""
+
+    deliveries: list[tuple[int, list]] = field(default_factory=list)  # (round, what step() returned)
+    after: list[tuple[int, dict[str, Held]]] = field(default_factory=list)
+
+
+def _held(engine: Engine) -> dict[str, Held]:
+    held = {}
+    for rid, req in engine.requests.items():
+        cache = tuple(engine.runner.cache.get(slot, -1) for slot in req.kv_slots)
+        committed = tuple(req.prompt_token_ids) + tuple(req.output_token_ids[:-1])
+        held[rid] = Held(req.finished, req.rounds_in_flight, bool(req.kv_slots) or req.state_slot is not None,
+                         req.first_token_at, cache, committed)
+    return held
+
+
+def stepped(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], object]]],
+            cancels: dict[int, list[str]] | None = None) -> Stepped:
+    """Like :func:`drive`, keeping what each step returned; ``cancels[round]``: cancelled after that round."""
+    run, pending, cancels = Stepped(engine=engine), dict(arrivals), cancels or {}
+    while pending or engine.has_unfinished():
+        for request_id, prompt, params in pending.pop(engine.round_id, []):
+            engine.submit(request_id, prompt, params)
+        run.deliveries.append((engine.round_id + 1, engine.step()))
+        for request_id in cancels.get(engine.round_id, []):
+            engine.cancel(request_id)
+        run.after.append((engine.round_id, _held(engine)))
+        _bounded(engine)
+    run.events = list(engine.trace.events)
+    return run
+
+
+class ToyDrafter(ToyRunner):
+    """The toy runner as a drafting runner (lesson 12's protocol, no model): the target says "last + 1"; the
+    draft agrees except at every position divisible by ``miss``, where it says "last + 2", so a round commits
+    a group of 1 to width + 1 tokens. The toy cache is per slot, so ``rewind`` has nothing to undo."""
+
+    miss = 4
+
+    def launch(self, plan: RoundPlan) -> ToyLaunch:
+        wide = [seq for seq in plan.seqs if getattr(seq, "spec_width", 0)]
+        result = SpeculativeResult(plan.round_id)
+        plain = super().launch(replace(plan, seqs=tuple(s for s in plan.seqs if s not in wide))).result
+        result.tokens.update(plain.tokens)
+        for seq in wide:
+            inputs = [seq.token_ids[0]]
+            for position in range(seq.start_pos + 1, seq.start_pos + 1 + seq.spec_width):
+                inputs.append(inputs[-1] + (2 if position % self.miss == 0 else 1))
+            self._write_cache(replace(seq, token_ids=tuple(inputs)), inputs)
+            accepted = 0
+            while accepted < seq.spec_width and inputs[accepted + 1] == inputs[accepted] + 1:
+                accepted += 1
+            result.tokens[seq.request_id] = inputs[1 : accepted + 1] + [inputs[accepted] + 1]
+            result.verified[seq.request_id] = Verified(inputs[1:], accepted, "toy")
+            self.last_sampled[seq.request_id] = result.tokens[seq.request_id][-1]
+        return ToyLaunch(result)
+
+    def rewind(self, request_id: str, length: int) -> None:
+        """Nothing to undo: a rejected position's slot goes back to the pool, and is written before read."""
+
+
+def in_flight_at(events: list[TraceEvent]) -> Iterator[tuple[TraceEvent, dict[int, list[str]]]]:
+    """Each event, with the rounds launched and not read yet at that point (each with its requests); after
+    a runner failure (``error``) nothing is in flight any more."""
+    unread: dict[int, list[str]] = {}
+    for event in events:
+        if event.kind == "launch":
+            unread[event.data["round"]] = list(event.data["requests"])
+        elif event.kind == "read":
+            unread.pop(event.data["round"], None)
+        elif event.kind == "error":
+            unread.clear()
+        yield event, unread
+
+
+FREED_IN_FLIGHT = Words("round {round}: {request}'s slots {slots} were given back while round {launched}, "
+                        "launched and not read yet, still uses them",
+                        "第 {round} 轮：{request} 的槽位 {slots} 被归还了，"
+                        "而已发出、尚未读回的第 {launched} 轮还在用它们")
+
+
+def freed_only_when_idle(run: Run) -> Words | None:
+    """No request's slots come back while a launched, unread round still reads or writes them."""
+    for event, unread in in_flight_at(run.events):
+        if event.kind != "free":
+            continue
+        for launched, requests in unread.items():
+            if event.request_id in requests:
+                return FREED_IN_FLIGHT.format(round=event.round_id, request=event.request_id,
+                                              slots=event.data["slots"], launched=launched)
+    return None
+
+
+KEPT = Words("after round {round}, {request} has finished and no launched round uses it, yet it still holds "
+             "its slots", "第 {round} 轮之后，{request} 已经结束，也没有已发出的轮次在用它，却仍占着槽位")
+
+
+def released_when_idle(run: Stepped) -> Words | None:
+    """A finished request with no round in flight holds no slot at the end of the step."""
+    for round_id, held in run.after:
+        for rid, state in held.items():
+            if state.finished and state.rounds_in_flight == 0 and state.holds_slots:
+                return KEPT.format(round=round_id, request=rid)
     return None
