@@ -1,8 +1,8 @@
-"""The fifteen exercises: for each lesson, the engine's function(s) the learner writes and the hints they get.
+"""The fifteen exercises: for each lesson, the engine's function(s) the learner writes and their hints.
 
-Scope: the table :data:`EXERCISES` and :func:`exercise` (one by lesson number, or a one-line error). Titles and
-section names are the lesson pages' own (a test holds them to the pages' headings). Non-scope: the checks
-(``checks/lesson_NN.py``), the starter's text (``starter.py``).
+Scope: the table :data:`EXERCISES` and :func:`exercise` (one by lesson number, or a one-line error). Titles
+and section names are the lesson pages' own (a test holds them to the pages' headings). Non-scope: the
+checks (``checks/lesson_NN.py``), the starter's text (``starter.py``).
 """
 
 from __future__ import annotations
@@ -19,12 +19,17 @@ EXERCISES: tuple[Exercise, ...] = (
         Words("append the round's tokens to the output one at a time, checking the stop after each; keep the "
               "rest as discarded; then record the commit group, the time of the first token and the trace "
               "events, and finish the request if a token stopped it.",
-              "把这一轮的 token 逐个追加到输出，每追加一个就检查一次停止条件，其余的算作丢弃；然后记下提交组、"
-              "首个 token 的时间和 trace 事件，若某个 token 让请求停止就结束它。"),
-        Words("the lesson-1 demo's trace round by round, outputs and finish reasons equal to the engine's, "
-              "tokens committed in order and each once, nothing committed after a stop, every slot returned.",
-              "第 1 课演示的 trace 逐轮与引擎一致，输出与结束原因一致，token 按顺序且只提交一次，停止之后不再提交，"
-              "所有槽位都归还。"),
+              "把这一轮的 token 逐个追加到输出，每追加一个就检查一次停止条件，其余的算作丢弃；"
+              "然后记下提交组、首个 token 的时间和 trace 事件，若某个 token 让请求停止就结束它。"),
+        Words("lesson 1's demo (also with --pipeline, a cancel, a batch, several tokens a round) equal to "
+              "the engine's line by line; tokens committed in order and each once, none after a stop; every "
+              "token a round hands back committed or discarded; one commit group a round, as step() delivers "
+              "it; the first token's time set once; the cache holding prompt + output[:-1]; every slot "
+              "returned.",
+              "第 1 课的演示（以及 --pipeline、取消、合批、一轮多个 token）与引擎逐行一致；"
+              "token 按顺序提交、每个只提交一次，停止之后不再提交；一轮交回的每个 token 要么提交要么丢弃；"
+              "每轮一个提交组，与 step() 交付的一致；首个 token 的时间只记一次；"
+              "缓存里是 prompt + output[:-1]；所有槽位归还。"),
         ("commit", Words("Result processing: the commit", "结果处理：提交")), "lesson_01"),
     Exercise(
         2, Words("Stopping and giving back", "停止与归还"), "lessons/02-stopping-and-giving-back",
@@ -46,13 +51,13 @@ EXERCISES: tuple[Exercise, ...] = (
               "budget lasts), then prompt tokens: chunked prompts already started, then waiting requests in "
               "arrival order, admitting each before its first chunk; a request that cannot start stops the "
               "queue.",
-              "排满一轮：先给每个 prompt 已算完的运行中请求一个 decode token（预算够就给），再排 prompt 的 token："
-              "先排已经开始分块的 prompt，再按到达顺序排等待中的请求，每条在第一块之前先准入；"
-              "一条请求排不上就挡住后面的队列。"),
+              "排满一轮：先给每个 prompt 已算完的运行中请求一个 decode token（预算够就给），"
+              "再排 prompt 的 token：先排已经开始分块的 prompt，再按到达顺序排等待中的请求，"
+              "每条在第一块之前先准入；一条请求排不上就挡住后面的队列。"),
         Words("the A/B/C scenario's plans round by round equal to the engine's; no round over the budget or "
               "max_num_seqs; decodes before prompts; arrival order kept; every slot returned.",
-              "A/B/C 场景的每轮计划与引擎一致；没有一轮超出预算或 max_num_seqs；decode 在 prompt 之前；"
-              "保持到达顺序；所有槽位归还。"),
+              "A/B/C 场景的每轮计划与引擎一致；没有一轮超出预算或 max_num_seqs；"
+              "decode 在 prompt 之前；保持到达顺序；所有槽位归还。"),
         ("schedule", Words("How a round is filled", "一轮怎样排")), "lesson_03"),
     Exercise(
         4, Words("Chunked prefill", "分块 prefill"), "lessons/04-chunked-prefill",

@@ -176,6 +176,7 @@ class Held:
     first_token_at: float | None
     cache: tuple[int, ...]  # the toy cache's tokens in the request's KV slots
     committed: tuple[int, ...]  # prompt + output[:-1]: what the cache holds while the request decodes
+    decoding: bool  # running, its prompt computed, an output committed, no round in flight
 
 
 @dataclass
@@ -191,8 +192,10 @@ def _held(engine: Engine) -> dict[str, Held]:
     for rid, req in engine.requests.items():
         cache = tuple(engine.runner.cache.get(slot, -1) for slot in req.kv_slots)
         committed = tuple(req.prompt_token_ids) + tuple(req.output_token_ids[:-1])
+        idle = not (req.finished or req.rounds_in_flight)
+        decoding = idle and req.prefill_done and bool(req.output_token_ids)
         held[rid] = Held(req.finished, req.rounds_in_flight, bool(req.kv_slots) or req.state_slot is not None,
-                         req.first_token_at, cache, committed)
+                         req.first_token_at, cache, committed, decoding)
     return held
 
 
@@ -215,9 +218,14 @@ def stepped(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], objec
 class ToyDrafter(ToyRunner):
     """The toy runner as a drafting runner (lesson 12's protocol, no model): the target says "last + 1"; the
     draft agrees except at every position divisible by ``miss``, where it says "last + 2", so a round commits
-    a group of 1 to width + 1 tokens. The toy cache is per slot, so ``rewind`` has nothing to undo."""
+    a group of 1 to width + 1 tokens. The toy cache is per slot, so ``rewind`` has nothing to undo. It keeps
+    every token it hands back (``handed[(round, request)]``), plain rounds' too."""
 
     miss = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed: dict[tuple[int, str], list[int]] = {}
 
     def launch(self, plan: RoundPlan) -> ToyLaunch:
         wide = [seq for seq in plan.seqs if getattr(seq, "spec_width", 0)]
@@ -235,6 +243,7 @@ class ToyDrafter(ToyRunner):
             result.tokens[seq.request_id] = inputs[1 : accepted + 1] + [inputs[accepted] + 1]
             result.verified[seq.request_id] = Verified(inputs[1:], accepted, "toy")
             self.last_sampled[seq.request_id] = result.tokens[seq.request_id][-1]
+        self.handed.update({(plan.round_id, rid): list(tokens) for rid, tokens in result.tokens.items()})
         return ToyLaunch(result)
 
     def rewind(self, request_id: str, length: int) -> None:
@@ -283,4 +292,56 @@ def released_when_idle(run: Stepped) -> Words | None:
         for rid, state in held.items():
             if state.finished and state.rounds_in_flight == 0 and state.holds_slots:
                 return KEPT.format(round=round_id, request=rid)
+    return None
+
+
+PAST_STOP = Words("{request}: output {output} goes on after token {index} ({token}), which meets {reason}",
+                  "{request}：输出 {output} 在第 {index} 个 token（{token}）之后还在继续，"
+                  "而它已满足 {reason}")
+WRONG_REASON = Words("{request}: output {output} finished as {got}; the stop check says {want}",
+                     "{request}：输出 {output} 的结束原因是 {got}；停止检查给出的是 {want}")
+
+
+def _rule(params, output: list[int], index: int) -> str | None:
+    """The stop rule after ``output[index]`` is committed: eos first (unless ignore_eos), then length."""
+    if not params.ignore_eos and output[index] in params.eos_token_ids:
+        return "eos"
+    return "length" if index + 1 >= params.max_new_tokens else None
+
+
+def stops_at_first(run: Run) -> Words | None:
+    """Each output ends at its first token that meets a stop, with that reason (or was cancelled before)."""
+    for rid, req in run.engine.requests.items():
+        output, got = list(req.output_token_ids), getattr(req.finish_reason, "value", req.finish_reason)
+        for index in range(len(output)):
+            reason = _rule(req.params, output, index)
+            if reason is not None and index + 1 < len(output):
+                return PAST_STOP.format(request=rid, output=output, index=index + 1, token=output[index],
+                                        reason=reason)
+        want = _rule(req.params, output, len(output) - 1) if output else None
+        if req.params.max_new_tokens == 0:
+            want = "length"
+        if want != got and not (want is None and got in ("cancelled", "error")):
+            return WRONG_REASON.format(request=rid, output=output, got=got, want=want or "running")
+    return None
+
+
+UNACCOUNTED = Words("{request}: round {round} handed back {handed}; the trace commits {committed} and "
+                    "discards {discarded} of them (each token is either committed or discarded, once)",
+                    "{request}：第 {round} 轮交回了 {handed}；trace 里提交了 {committed}、丢弃了 {discarded}"
+                    "（每个 token 要么提交、要么丢弃，且只一次）")
+
+
+def every_token_accounted(run: Run) -> Words | None:
+    """Each token a read round handed back (``ToyDrafter.handed``) is committed or discarded, once."""
+    read = {event.data["round"] for event in run.events if event.kind == "read"}
+    for (round_id, rid), handed in run.engine.runner.handed.items():
+        if round_id not in read:
+            continue
+        mine = [e for e in run.events if e.request_id == rid and e.data.get("round", e.round_id) == round_id]
+        committed = [t for e in mine if e.kind == "commit" for t in e.data["tokens"]]
+        discarded = [t for e in mine if e.kind == "discard" for t in e.data["tokens"]]
+        if committed + discarded != handed:
+            return UNACCOUNTED.format(request=rid, round=round_id, handed=handed, committed=committed,
+                                      discarded=discarded)
     return None
