@@ -77,13 +77,18 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         5, Words("The runner: from a round plan to tensors", "Runner：从轮计划到张量"), "lessons/05-runner",
         ("mini_deepinfer.runtime.staging:stage_round",), False,
-        Words("turn the round's sequences into the staged inputs: token ids, positions, the KV slot of every "
-              "position, the context of each sequence, the state slots, and the rows whose logits are sampled.",
-              "把这一轮的各条序列变成暂存的输入：token id、位置、每个位置的 KV 槽位、每条序列的上下文、状态槽位，"
-              "以及要采样 logits 的行。"),
-        Words("the staged tensors equal to the engine's for prefill, decode and mixed rounds; the model's "
-              "tokens equal to the engine's.",
-              "prefill、decode 与混合轮次暂存的张量与引擎一致；模型产出的 token 与引擎一致。"),
+        Words("turn the round's sequences into the staged inputs: token ids, positions, the KV slot of "
+              "every position, the context of each sequence, the state slots, and the rows whose logits are "
+              "sampled.",
+              "把这一轮的各条序列变成暂存的输入：token id、位置、每个位置的 KV 槽位、每条序列的上下文、"
+              "状态槽位，以及要采样 logits 的行。"),
+        Words("the staged tensors equal to the engine's for prefill, decode and mixed rounds (also "
+              "cross-round, prefix cache, speculative and graph rounds); the model's tokens equal to the "
+              "engine's; positions, slot mapping, fresh slots and logits rows as the plan says; each request's "
+              "tokens as when it runs alone.",
+              "prefill、decode 与混合轮次（以及跨轮、前缀缓存、投机与图的轮次）暂存的张量与引擎一致；"
+              "模型产出的 token 与引擎一致；位置、slot mapping、fresh 槽位与 logits 行符合计划；"
+              "每条请求的 token 与单独运行时相同。"),
         ("prepare", Words("From plan to tensors", "从计划到张量")), "lesson_05"),
     Exercise(
         6, Words("Qwen3.5's two kinds of layer", "Qwen3.5 的两种层"), "lessons/06-qwen35-layers",
