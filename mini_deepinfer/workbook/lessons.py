@@ -37,13 +37,17 @@ EXERCISES: tuple[Exercise, ...] = (
         Words("stop_reason: eos first (unless ignore_eos), then length. release_if_idle: give a finished "
               "request's KV slots and state slot back exactly once, and only when no launched round still "
               "uses them; tell the prefix cache and the runner.",
-              "stop_reason：先看 eos（ignore_eos 时不看），再看长度。release_if_idle：已结束请求的 KV 槽位和状态槽位"
-              "只归还一次，并且只在没有已发出的轮次还在用它们时归还；同时告诉前缀缓存和 runner。"),
-        Words("eos, length and cancel runs equal to the engine's, with and without cross-round execution; "
-              "free == capacity when nothing runs; no slot freed twice or while a round in flight uses it.",
-              "eos、长度和取消的运行与引擎一致（同步与跨轮两种）；没有请求时 free == capacity；"
-              "没有槽位被归还两次，也没有在飞行中的轮次还在用时被归还。"),
-        ("finish-release", Words("Finishing and giving back are two steps", "结束与归还是两步")), "lesson_02"),
+              "stop_reason：先看 eos（ignore_eos 时不看），再看长度。release_if_idle：已结束请求的 KV 槽位"
+              "和状态槽位只归还一次，并且只在没有已发出的轮次还在用它们时归还；同时告诉前缀缓存和 runner。"),
+        Words("lesson 2's demo and every way to stop (eos, length, cancel, an ignored eos, a prefix cache), "
+              "with and without cross-round execution, equal to the engine's; each output ends at its first "
+              "stop; free == capacity when nothing runs; no slot given back while a round in flight uses it, "
+              "none kept once none does; the runner told once per request.",
+              "第 2 课的演示与各种停止方式（eos、长度、取消、忽略 eos、前缀缓存）在同步与跨轮下都与引擎一致；"
+              "每个输出停在第一个停止条件上；没有请求时 free == capacity；在飞行中的轮次还在用的槽位不归还，"
+              "不再有轮次用时不再占着；每条请求只告诉 runner 一次。"),
+        ("finish-release", Words("Finishing and giving back are two steps", "结束与归还是两步")),
+        "lesson_02"),
     Exercise(
         3, Words("Batching under a token budget", "在 token 预算下合批"), "lessons/03-batching",
         (f"{CORE}.batch:BatchEngine.schedule",), True,
@@ -92,13 +96,21 @@ EXERCISES: tuple[Exercise, ...] = (
         ("prepare", Words("From plan to tensors", "从计划到张量")), "lesson_05"),
     Exercise(
         6, Words("Qwen3.5's two kinds of layer", "Qwen3.5 的两种层"), "lessons/06-qwen35-layers",
-        ("mini_deepinfer.models.kernels.deltanet:recurrent_delta_step",), False,
-        Words("one decode step of the gated delta rule: decay the state, correct it by the error of its "
-              "prediction for the new key, and read it with the query.",
-              "门控 delta 规则的一步 decode：让状态衰减，用它对新 key 的预测误差修正它，再用 query 读出。"),
-        Words("outputs and new states equal to the engine's step and to the plain reference; a model's "
-              "greedy tokens equal to the engine's.",
-              "输出与新状态与引擎的一步及朴素参考实现一致；模型的 greedy token 与引擎一致。"),
+        ("mini_deepinfer.models.kernels.deltanet:recurrent_delta_step",
+         "mini_deepinfer.models.qwen3_5:GatedDeltaNet.split_heads"), False,
+        Words("recurrent_delta_step: one decode step of the gated delta rule: decay the state, correct it by "
+              "the error of its prediction for the new key, and read it with the query. split_heads: cut "
+              "[q | k | v] into heads, L2-normalise q and k, scale q by dk^-0.5, repeat key heads for "
+              "the value heads.",
+              "recurrent_delta_step：门控 delta 规则的一步 decode：让状态衰减，用它对新 key 的预测误差修正它，"
+              "再用 query 读出。split_heads：把 [q | k | v] 切成多个头，对 q 和 k 做 L2 归一化，q 乘以 "
+              "dk^-0.5，key 头重复以对应 value 头。"),
+        Words("a tiny Qwen3.5's greedy tokens and logits through the engine equal the engine's (plain and "
+              "speculative); outputs and new states equal to the engine's step and to the plain reference; "
+              "the engine's heads, unit keys; decoding after a prefill equal to a whole prefill.",
+              "小 Qwen3.5 经引擎得到的 greedy token 与 logits 与引擎一致（普通与投机解码）；输出与新状态与"
+              "引擎的一步及朴素参考实现一致；切出的头与引擎一致，key 长度为 1；prefill 后逐个 decode 与整段 "
+              "prefill 一致。"),
         ("delta-rule", Words("One step of the delta rule", "delta 规则的一步")), "lesson_06"),
     Exercise(
         7, Words("HybridCache", "HybridCache"), "lessons/07-hybrid-cache",

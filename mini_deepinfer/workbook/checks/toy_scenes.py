@@ -200,32 +200,43 @@ def _held(engine: Engine) -> dict[str, Held]:
 
 
 def stepped(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], object]]],
-            cancels: dict[int, list[str]] | None = None) -> Stepped:
-    """Like :func:`drive`, keeping what each step returned; ``cancels[round]``: cancelled after that round."""
+            cancels: dict[int, list[str]] | None = None, ask_again: bool = False) -> Stepped:
+    """Like :func:`drive`, keeping what each step returned; ``cancels[round]``: cancelled after that round;
+    ``ask_again``: after every step, ``release_if_idle`` is called once more for each finished request."""
     run, pending, cancels = Stepped(engine=engine), dict(arrivals), cancels or {}
-    while pending or engine.has_unfinished():
+    for _ in range(MAX_ROUNDS):
+        if not (pending or engine.has_unfinished()):
+            run.events = list(engine.trace.events)
+            return run
         for request_id, prompt, params in pending.pop(engine.round_id, []):
             engine.submit(request_id, prompt, params)
         run.deliveries.append((engine.round_id + 1, engine.step()))
         for request_id in cancels.get(engine.round_id, []):
             engine.cancel(request_id)
+        for req in list(engine.requests.values()) if ask_again else ():
+            if req.finished:
+                engine.release_if_idle(req)
         run.after.append((engine.round_id, _held(engine)))
-        _bounded(engine)
-    run.events = list(engine.trace.events)
-    return run
+    raise Stalled(f"the engine was still busy after {MAX_ROUNDS} steps")
 
 
 class ToyDrafter(ToyRunner):
     """The toy runner as a drafting runner (lesson 12's protocol, no model): the target says "last + 1"; the
     draft agrees except at every position divisible by ``miss``, where it says "last + 2", so a round commits
     a group of 1 to width + 1 tokens. The toy cache is per slot, so ``rewind`` has nothing to undo. It keeps
-    every token it hands back (``handed[(round, request)]``), plain rounds' too."""
+    every token it hands back (``handed[(round, request)]``), plain rounds' too, and each request it was told
+    to forget (``released``)."""
 
     miss = 4
 
     def __init__(self) -> None:
         super().__init__()
         self.handed: dict[tuple[int, str], list[int]] = {}
+        self.released: list[str] = []
+
+    def release(self, request_id: str) -> None:
+        self.released.append(request_id)
+        super().release(request_id)
 
     def launch(self, plan: RoundPlan) -> ToyLaunch:
         wide = [seq for seq in plan.seqs if getattr(seq, "spec_width", 0)]
@@ -344,4 +355,19 @@ def every_token_accounted(run: Run) -> Words | None:
         if committed + discarded != handed:
             return UNACCOUNTED.format(request=rid, round=round_id, handed=handed, committed=committed,
                                       discarded=discarded)
+    return None
+
+
+TOLD = Words("the runner was told to forget {request} {times} times (release_if_idle tells it once, when the "
+             "request's slots come back)",
+             "runner 被告知忘掉 {request} 共 {times} 次（release_if_idle 只在请求的槽位归还时告诉它一次）")
+
+
+def runner_told_once(run: Run) -> Words | None:
+    """Once every request has finished, the toy runner (``ToyDrafter``) was told to forget each of them
+    exactly once."""
+    for rid in run.engine.requests:
+        times = run.engine.runner.released.count(rid)
+        if times != 1:
+            return TOLD.format(request=rid, times=times)
     return None
