@@ -99,7 +99,7 @@ class Look:
     target: float
     draft: float | None
     num_computed: int
-    committed: int  # prompt + output - 1: what a speculative request holds between rounds
+    committed: int | None  # prompt + output - 1: what a decoding request holds; None: no output yet
     kv_slots: int
     snapshots: int  # target snapshots still kept after the round
 
@@ -143,9 +143,10 @@ def look(engine: Engine) -> list[Look]:
         if held:
             draft_diff = max(cold_difference(runner.draft.model, runner.draft.cache, tokens[:held],
                                              req.kv_slots, req.state_slot).values())
+        committed = req.prompt_len + len(req.output_token_ids) - 1 if req.output_token_ids else None
         snapshots = sum(len(layers) for kinds in runner.cache.snapshots.values() for layers in kinds.values())
         found.append(Look(engine.round_id, req.request_id, max(diff.values()), draft_diff, req.num_computed,
-                          req.prompt_len + len(req.output_token_ids) - 1, len(req.kv_slots), snapshots))
+                          committed, len(req.kv_slots), snapshots))
     return found
 
 
