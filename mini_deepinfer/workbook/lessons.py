@@ -88,8 +88,8 @@ EXERCISES: tuple[Exercise, ...] = (
               "状态槽位，以及要采样 logits 的行。"),
         Words("the staged tensors equal to the engine's for prefill, decode and mixed rounds (also "
               "cross-round, prefix cache, speculative and graph rounds); the model's tokens equal to the "
-              "engine's; positions, slot mapping, fresh slots and logits rows as the plan says; each request's "
-              "tokens as when it runs alone.",
+              "engine's; positions, slot mapping, fresh slots and logits rows as the plan says; each "
+              "request's tokens as when it runs alone.",
               "prefill、decode 与混合轮次（以及跨轮、前缀缓存、投机与图的轮次）暂存的张量与引擎一致；"
               "模型产出的 token 与引擎一致；位置、slot mapping、fresh 槽位与 logits 行符合计划；"
               "每条请求的 token 与单独运行时相同。"),
@@ -102,9 +102,9 @@ EXERCISES: tuple[Exercise, ...] = (
               "the error of its prediction for the new key, and read it with the query. split_heads: cut "
               "[q | k | v] into heads, L2-normalise q and k, scale q by dk^-0.5, repeat key heads for "
               "the value heads.",
-              "recurrent_delta_step：门控 delta 规则的一步 decode：让状态衰减，用它对新 key 的预测误差修正它，"
-              "再用 query 读出。split_heads：把 [q | k | v] 切成多个头，对 q 和 k 做 L2 归一化，q 乘以 "
-              "dk^-0.5，key 头重复以对应 value 头。"),
+              "recurrent_delta_step：门控 delta 规则的一步 decode：让状态衰减，"
+              "用它对新 key 的预测误差修正它，再用 query 读出。split_heads：把 [q | k | v] 切成多个头，"
+              "对 q 和 k 做 L2 归一化，q 乘以 dk^-0.5，key 头重复以对应 value 头。"),
         Words("a tiny Qwen3.5's greedy tokens and logits through the engine equal the engine's (plain and "
               "speculative); outputs and new states equal to the engine's step and to the plain reference; "
               "the engine's heads, unit keys; decoding after a prefill equal to a whole prefill.",
