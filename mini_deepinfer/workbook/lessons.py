@@ -66,17 +66,19 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         4, Words("Chunked prefill", "分块 prefill"), "lessons/04-chunked-prefill",
         (f"{CORE}.batch:BatchEngine._chunk_size", f"{CORE}.engine:Engine.plan_prefill"), True,
-        Words("_chunk_size: how many of a request's remaining prompt tokens run this round (a waiting request "
-              "only if it can be admitted, starting after its cached prefix; the whole rest if it fits, else the "
-              "budget with chunked prefill, else 0). plan_prefill: the next n prompt tokens, sampling only with "
-              "the chunk that ends the prompt.",
-              "_chunk_size：这一轮跑请求剩余 prompt 的多少个 token（等待中的请求要能准入，并从缓存的前缀之后开始；"
-              "剩下的放得下就全放，否则开了分块就用掉预算，否则为 0）。plan_prefill：接下来的 n 个 prompt token，"
-              "只有结束 prompt 的那一块才采样。"),
-        Words("chunked runs equal to the engine's plan by plan; chunks cover the prompt in order with no gap or "
-              "overlap; only the last chunk samples; tokens equal to an unchunked run; every slot returned.",
-              "分块运行的每个计划与引擎一致；各块按顺序覆盖整个 prompt，不重不漏；只有最后一块采样；"
-              "token 与不分块的运行相同；所有槽位归还。"),
+        Words("_chunk_size: how many of a request's remaining prompt tokens run this round (a waiting "
+              "request only if max_num_seqs and the cache admit it, starting after its cached prefix; the "
+              "whole rest if it fits, else the budget with chunked prefill, else 0). plan_prefill: the next "
+              "n prompt tokens, sampling only with the chunk that ends the prompt.",
+              "_chunk_size：这一轮跑请求剩余 prompt 的多少个 token（等待中的请求要在 max_num_seqs "
+              "和缓存都允许时才能准入，并从缓存的前缀之后开始；剩下的放得下就全放，否则开了分块就用掉预算，"
+              "否则为 0）。plan_prefill：接下来的 n 个 prompt token，只有结束 prompt 的那一块才采样。"),
+        Words("the A/B/C demo, its chunking variants and two stateful runs equal to the engine's line by "
+              "line; only the last chunk samples; chunks cover the prompt in order with no gap or overlap; "
+              "no round over the budget; tokens equal to an unchunked run; every slot returned.",
+              "A/B/C 演示、它的分块变体和两个带状态的运行与引擎逐行一致；只有最后一块采样；"
+              "各块按顺序覆盖整个 prompt，不重不漏；没有一轮超出预算；token 与不分块的运行相同；"
+              "所有槽位归还。"),
         ("chunk-size", Words("How much to cut", "切多少")), "lesson_04"),
     Exercise(
         5, Words("The runner: from a round plan to tensors", "Runner：从轮计划到张量"), "lessons/05-runner",
@@ -210,13 +212,15 @@ EXERCISES: tuple[Exercise, ...] = (
         "lessons/15-prefix-cache",
         (f"{CORE}.prefix_cache:PrefixCache.match", f"{CORE}.prefix_cache:PrefixCache.insert"), True,
         Words("match: the longest reusable prefix (whole blocks, then a cached tail), leaving one token to "
-              "compute. insert: index the computed blocks of a prompt, sharing their KV slots and keeping (or "
-              "giving back) the snapshot at each block end.",
-              "match：最长的可复用前缀（整块，再加一个缓存的尾巴），至少留一个 token 要算。insert：把 prompt 已算好的"
-              "块放进索引，共享它们的 KV 槽位，并在每个块末保留（或归还）快照。"),
-        Words("hits and traces equal to the engine's; tokens equal with and without the prefix cache; no "
-              "reuse of an unsaved state; every slot and snapshot returned after clear.",
-              "命中与 trace 与引擎一致；有无前缀缓存 token 相同；不复用未保存的状态；清空后所有槽位与快照都归还。"),
+              "compute. insert: index the computed blocks of a prompt, sharing their KV slots and keeping "
+              "(or giving back) the snapshot at each block end.",
+              "match：最长的可复用前缀（整块，再加一个缓存的尾巴），至少留一个 token 要算。"
+              "insert：把 prompt 已算好的块放进索引，共享它们的 KV 槽位，并在每个块末保留（或归还）快照。"),
+        Words("traces, hits and the index equal to the engine's; no reuse of an unsaved state; tokens equal "
+              "with and without the prefix cache; every KV slot and snapshot slot returned after "
+              "clear_prefix_cache.",
+              "trace、命中与索引都与引擎一致；不复用未保存的状态；有无前缀缓存 token 相同；"
+              "clear_prefix_cache 之后所有 KV 槽位与快照槽位都归还。"),
         ("index", Words("The index: hashed blocks of tokens", "索引：按 token 哈希的 block")), "lesson_15"),
 )
 
