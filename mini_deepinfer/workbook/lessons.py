@@ -117,11 +117,16 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         7, Words("HybridCache", "HybridCache"), "lessons/07-hybrid-cache",
         ("mini_deepinfer.models.kernels.deltanet:causal_conv_with_window",), False,
-        Words("the causal convolution of a chunk that continues a window: prepend the window, convolve, and "
-              "return the outputs and the new window (the last kernel - 1 inputs).",
-              "接着窗口的一块做因果卷积：把窗口接在前面，卷积，返回输出和新的窗口（最后 kernel - 1 个输入）。"),
-        Words("outputs and windows equal to the engine's; chunked prefill equal to whole prefill.",
-              "输出与窗口与引擎一致；分块 prefill 与整段 prefill 一致。"),
+        Words("the causal convolution of a chunk that continues a window: prepend the window, convolve, "
+              "write the outputs into out= when given, apply SiLU, and return the outputs and the new window "
+              "(the last kernel - 1 inputs).",
+              "接着窗口的一块做因果卷积：把窗口接在前面，卷积，给了 out= 就把输出写进去，再做 SiLU，"
+              "返回输出和新的窗口（最后 kernel - 1 个输入）。"),
+        Words("a tiny Qwen3.5's tokens and logits equal to the engine's; outputs and windows equal to the "
+              "engine's, to F.conv1d and to the last kernel - 1 inputs; chunked prefill equal to whole "
+              "prefill.",
+              "小 Qwen3.5 的 token 与 logits 与引擎一致；输出与窗口与引擎、F.conv1d 以及最后 kernel - 1 "
+              "个输入一致；分块 prefill 与整段 prefill 一致。"),
         ("window", Words("The convolution window across chunks", "卷积窗口跨块")), "lesson_07"),
     Exercise(
         8, Words("Sampling", "采样"), "lessons/08-sampling",

@@ -3,9 +3,11 @@
 Scope: :func:`tiny_qwen35` (a random tiny Qwen3.5, built once per process for each seed and shape),
 :func:`one_thread` (one CPU thread and a fixed seed while a scene runs, so every float sum, hence every greedy
 token, is the same on every run), :func:`serve` (requests through the real engine: ``build_engine`` with the
-model, step until done; every round's plan, the tensors the runner staged for it and the logits it handed
-back are kept in a :class:`Served`), and the comparisons the torch lessons share: the first token where two
-runs part (:func:`first_token_difference`), the largest difference of two tensors (:func:`tensor_difference`).
+model, step until done; every round's plan, the tensors the runner staged for it, the logits it handed back
+and the engine at the end are kept in a :class:`Served`; an exception of the runner, which the engine turns
+into finished requests, is raised again), and the comparisons the torch lessons share: the first token where
+two runs part (:func:`first_token_difference`), the largest difference of two tensors
+(:func:`tensor_difference`).
 Non-scope: which scenes a lesson runs and what it holds (its ``lesson_NN.py``); the toy runner's scenes
 (``toy_scenes.py``).
 """
@@ -78,6 +80,7 @@ class Served:
     rounds: list[tuple[RoundPlan, list[dict[str, object]]]] = field(default_factory=list)
     logits: dict[str, list[torch.Tensor]] = field(default_factory=dict)
     failure: Exception | None = None  # the first exception the runner raised (the engine catches it)
+    engine: object = None  # the engine at the end (its runner's cache holds what the last round left)
 
 
 def staged_fields(batch: ForwardBatch) -> dict[str, object]:
@@ -120,6 +123,7 @@ def serve(model: torch.nn.Module, asks: Sequence[Ask], config: EngineConfig, *, 
             if engine.round_id >= MAX_ROUNDS:
                 raise RuntimeError(f"the engine was still busy after {MAX_ROUNDS} rounds")
     served.tokens = {rid: list(req.output_token_ids) for rid, req in engine.requests.items()}
+    served.engine = engine
     return served
 
 
