@@ -221,7 +221,7 @@ def every_slot_returned(trial) -> Words | None:
         run = trial.learner(scenario)
         broken = slots_returned(run) or committed_in_order(run)
         if broken is None and isinstance(run, CacheRun) and run.leaks:
-            broken = Words(run.leaks[0], run.leaks[0])
+            broken = run.leaks[0]
         if broken is not None:
             return in_scenario(scenario.__name__, broken)
     return None

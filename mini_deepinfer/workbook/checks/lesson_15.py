@@ -29,6 +29,7 @@ from mini_deepinfer.core.engine import Engine
 from mini_deepinfer.core.plan import RoundPlan, RoundResult, SeqPlan
 from mini_deepinfer.core.prefix_cache import PrefixCache
 from mini_deepinfer.core.request import Request, SamplingParams
+from mini_deepinfer.core.slots import SlotPool
 from mini_deepinfer.core.toy import ToyLaunch, ToyRunner
 
 from ..checking import TookTooLong
@@ -70,7 +71,7 @@ class StatefulToy(ToyRunner):
     def __init__(self, stateful: bool = True) -> None:
         super().__init__()
         self.stateful = stateful
-        self.kv_pool = None
+        self.kv_pool: SlotPool | None = None  # the engine's, set once the engine is made
         self.states: dict[int | None, tuple[int, ...]] = {}
         self.snapshots: dict[int, tuple[int, ...]] = {}
         self.problems: list[Words] = []
@@ -121,10 +122,9 @@ class StatefulToy(ToyRunner):
 class CacheRun(Run):
     """A scenario's run, and what the prefix cache held at its end (before ``clear_prefix_cache``)."""
 
-    prompts: list[list[int]] = field(default_factory=list)
     hits: list[str] = field(default_factory=list)
     index: list[str] = field(default_factory=list)
-    leaks: list[str] = field(default_factory=list)
+    leaks: list[Words] = field(default_factory=list)
     problems: list[Words] = field(default_factory=list)
 
 
@@ -145,7 +145,7 @@ def make_engine(cached: bool, stateful: bool = True, plain: bool = False, **numb
 def finish_run(engine: Engine, prompts: list[list[int]]) -> CacheRun:
     """The run's record: trace, hits of each request and of probe prompts, the index, then clear the cache
     and keep what was still not free."""
-    run = CacheRun(events=list(engine.trace.events), engine=engine, prompts=prompts)
+    run = CacheRun(events=list(engine.trace.events), engine=engine)
     run.problems = list(engine.runner.problems)
     cache = engine.prefix_cache
     if cache is None:
@@ -183,20 +183,29 @@ def index_lines(cache: PrefixCache) -> list[str]:
     return [line for _, _, line in sorted(lines)]
 
 
-def leaks(engine: Engine) -> list[str]:
+HELD_ELSEWHERE = Words("before clear_prefix_cache: {free} KV slots free + {cached} held by the index = "
+                       "{total}, not {capacity} (a slot was lost)",
+                       "clear_prefix_cache 之前：空闲 {free} 个 KV 槽位 + 索引持有 {cached} 个 = {total}，"
+                       "而不是 {capacity}（有槽位丢失了）")
+NOT_BACK = Words("after clear_prefix_cache: {free} of {capacity} {pool} slots free",
+                 "clear_prefix_cache 之后：{pool} 槽位只有 {free}/{capacity} 个空闲")
+STILL_INDEXED = Words("after clear_prefix_cache: {count} blocks still in the index",
+                      "clear_prefix_cache 之后：索引里还有 {count} 个块")
+
+
+def leaks(engine: Engine) -> list[Words]:
     """After every request finished: what the pools miss, before and after ``clear_prefix_cache`` (the state
     slots are not the index's, but a scenario that ends holds none either)."""
     cache, kv, found = engine.prefix_cache, engine.kv_pool, []
     if kv.num_free + cache.cached_slots() != kv.capacity:
-        found.append(f"before clear_prefix_cache: {kv.num_free} KV slots free + {cache.cached_slots()} held "
-                     f"by the index = {kv.num_free + cache.cached_slots()}, not {kv.capacity}")
+        found.append(HELD_ELSEWHERE.format(free=kv.num_free, cached=cache.cached_slots(),
+                                           total=kv.num_free + cache.cached_slots(), capacity=kv.capacity))
     engine.clear_prefix_cache()
     for pool in (kv, cache.snapshot_pool, engine.state_pool):
         if pool is not None and pool.num_free != pool.capacity:
-            found.append(f"after clear_prefix_cache: {pool.num_free} of {pool.capacity} {pool.name} slots "
-                         f"free")
+            found.append(NOT_BACK.format(free=pool.num_free, capacity=pool.capacity, pool=pool.name))
     if cache.blocks:
-        found.append(f"after clear_prefix_cache: {len(cache.blocks)} blocks still in the index")
+        found.append(STILL_INDEXED.format(count=len(cache.blocks)))
     return found
 
 
@@ -387,7 +396,7 @@ def all_returned(trial) -> Words | None:
     for scenario in SCENARIOS:
         leaked = trial.learner(scenario).leaks
         if leaked:
-            return in_scenario(scenario.__name__, Words(leaked[0], leaked[0]))
+            return in_scenario(scenario.__name__, leaked[0])
     return None
 
 
