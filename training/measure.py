@@ -17,7 +17,8 @@ computation on the bfloat16 weights, through this engine (``runtime.factory.buil
 * which tokens the draft predicts as the target does, by kind (line end, punctuation, Chinese character,
   English word), on the target's own greedy text.
 
-The record (``measurements.json``, written whole or not at all) keeps the prompts, the settings, the CPU
+Scope: the prompts (held-out text of both languages), the settings, the runs above and their record. The
+record (``measurements.json``, written whole or not at all) keeps the prompts, the settings, the CPU
 model name and every figure; the site's pages show it through ``gen_trained``. Errors are one line on stderr
 and exit code 2, as in the training command. Non-scope: training (``python -m training``), the measures
 themselves (``evaluate.py``).
