@@ -181,23 +181,31 @@ EXERCISES: tuple[Exercise, ...] = (
               "target's own next token (the correction, or the bonus when every draft matched).",
               "greedy 验证：草稿中与目标模型 argmax 相同的最长前缀，再加目标模型自己的下一个 token"
               "（不一致处的更正，或全部接受时的额外 token）。"),
-        Words("accepted groups equal to the engine's; speculative greedy tokens equal to plain greedy.",
-              "接受的 token 组与引擎一致；投机 greedy 的 token 与普通 greedy 相同。"),
-        ("runner", Words("The runner: draft, one verify, decide", "Runner：草稿、一次验证、判定")), "lesson_12"),
+        Words("the demos' rounds and a batched crowd equal to the engine's, groups and all; speculative "
+              "greedy tokens equal to plain greedy; each group the accepted drafts plus one target token; "
+              "every slot of both caches returned.",
+              "演示的每一轮和一组合批请求与引擎一致（包括接受的 token 组）；"
+              "投机 greedy 的 token 与普通 greedy 相同；每组是被接受的草稿加目标模型的一个 token；"
+              "两份缓存的所有槽位都归还。"),
+        ("runner", Words("The runner: draft, one verify, decide", "Runner：草稿、一次验证、判定")),
+        "lesson_12"),
     Exercise(
         13, Words("After a rejection: restoring both caches", "拒绝之后：恢复两份缓存"),
         "lessons/13-restoring-caches",
         ("mini_deepinfer.core.speculative:SpeculativeEngine.rollback",
          "mini_deepinfer.runtime.speculative.runner:SpeculativeRunner.rewind"), False,
         Words("rollback: keep prompt + output[:-1] positions, rewind the runner to that length and give the "
-              "rejected positions' KV slots back. rewind: the target's state slot takes the snapshot after the "
-              "last kept position (none is needed when every draft was accepted); the draft follows.",
-              "rollback：保留 prompt + output[:-1] 个位置，让 runner 回退到这个长度，并归还被拒绝位置的 KV 槽位。"
-              "rewind：目标模型的状态槽位取最后一个保留位置之后的快照（全部接受时不需要）；草稿模型随后跟上。"),
-        Words("speculative tokens equal to plain greedy; after every round both caches (KV, convolution "
-              "window, recurrent state) equal a cold recompute of the committed prefix; every slot returned.",
-              "投机解码的 token 与普通 greedy 相同；每轮之后两份缓存（KV、卷积窗口、递归状态）都等于对已提交前缀的"
-              "冷重算；所有槽位归还。"),
+              "rejected positions' KV slots back. rewind: the target's state slot takes the snapshot after "
+              "the last kept position (none is needed when every draft was accepted); the draft follows.",
+              "rollback：保留 prompt + output[:-1] 个位置，让 runner 回退到这个长度，"
+              "并归还被拒绝位置的 KV 槽位。rewind：目标模型的状态槽位取最后一个保留位置之后的快照"
+              "（全部接受时不需要）；草稿模型随后跟上。"),
+        Words("the rejection demo's rounds equal to the engine's; speculative tokens equal to plain greedy; "
+              "after every round both caches (KV, convolution window, recurrent state) equal a cold "
+              "recompute of the committed prefix and no snapshot is left; every slot returned.",
+              "拒绝演示的每一轮与引擎一致；投机解码的 token 与普通 greedy 相同；"
+              "每轮之后两份缓存（KV、卷积窗口、递归状态）都等于对已提交前缀的冷重算，且不留快照；"
+              "所有槽位归还。"),
         ("three-parts", Words("Three things go back to the committed prefix", "三样东西要回到已提交的前缀")),
         "lesson_13"),
     Exercise(
@@ -208,9 +216,11 @@ EXERCISES: tuple[Exercise, ...] = (
               "norm(max(0, p - q)) and stop; when all are accepted draw a bonus token from the last p.",
               "以 min(1, p(d)/q(d)) 的概率接受第 i 个草稿；第一次拒绝时从 norm(max(0, p - q)) 中抽取并停止；"
               "全部接受时从最后一个 p 抽取额外 token。"),
-        Words("seeded groups equal to the engine's; the delivered tokens distributed as the target alone "
-              "(a statistical test).",
-              "固定种子下的 token 组与引擎一致；交付的 token 服从目标模型单独采样的分布（统计检验）。"),
+        Words("seeded groups and acceptance tests equal to the engine's (the demo, a batched crowd, a "
+              "five-token vocabulary); each group stops at the first rejection; the delivered tokens "
+              "distributed as the target alone (chi-square tests at 1e-3 each).",
+              "固定种子下的 token 组与接受检验与引擎一致（演示、一组合批请求、五个 token 的小词表）；"
+              "每组在第一次拒绝处停止；交付的 token 服从目标模型单独采样的分布（卡方检验，每项 1e-3）。"),
         ("verify-sampled", Words("Accept, reject, resample", "接受、拒绝与补采样")), "lesson_14"),
     Exercise(
         15, Words("The prefix cache: reusing a prompt's start", "前缀缓存：复用 prompt 的开头"),
