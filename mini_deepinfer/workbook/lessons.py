@@ -131,12 +131,16 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         8, Words("Sampling", "采样"), "lessons/08-sampling",
         ("mini_deepinfer.runtime.sampling:_distribution",), False,
-        Words("one row's sampling distribution: divide by the temperature, keep the top-k, then the smallest set "
-              "of tokens whose probability reaches top-p, and return the kept tokens and their probabilities.",
-              "一行的采样分布：除以温度，保留 top-k，再保留概率之和达到 top-p 的最小集合，返回保留的 token 及其概率。"),
-        Words("the distribution equal to the engine's under every filter; seeded samples equal to the "
-              "engine's.",
-              "各种过滤下分布与引擎一致；固定种子的采样结果与引擎一致。"),
+        Words("one row's sampling distribution: divide by the temperature (after subtracting the maximum), "
+              "keep the top-k, then the smallest set of tokens whose probability reaches top-p, and return "
+              "the kept tokens and their probabilities, summing to 1.",
+              "一行的采样分布：（先减去最大值）除以温度，保留 top-k，再保留概率之和达到 top-p 的最小集合，"
+              "返回保留的 token 及其概率，概率之和为 1。"),
+        Words("seeded samples through the engine and the demo's draws equal to the engine's; the "
+              "distribution equal to the engine's and to the lesson's filter under every setting; kept "
+              "probabilities summing to 1; a tiny temperature stays finite.",
+              "经引擎的固定种子采样与演示的抽取与引擎一致；各种设置下分布与引擎及本课所说的过滤一致；"
+              "保留的概率之和为 1；很小的温度也不溢出。"),
         ("filter", Words("Filtering: temperature, top-k, top-p", "过滤：温度、top-k、top-p")), "lesson_08"),
     Exercise(
         9, Words("Checkpoints and text", "检查点与文本"), "lessons/09-weights-and-text",
