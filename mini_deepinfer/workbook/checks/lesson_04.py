@@ -36,13 +36,17 @@ def abc_run(**options: object) -> Run:
 
     pipeline_demo.drive = drive
     try:
-        with engine_stops(lambda why: run.lines.append(f"[round {run.engine.round_id}] stopped  {why}")):
+        with engine_stops(lambda why: run.lines.append(f"[round {_round(run)}] stopped  {why}")):
             demo_options = pipeline_demo.DemoOptions(toy=True, **options)
             pipeline_demo.run_demo(demo_options, print_line=run.lines.append)
     finally:
         pipeline_demo.drive = original_drive
     run.events = list(run.engine.trace.events)
     return run
+
+
+def _round(run: Run) -> int:
+    return run.engine.round_id if run.engine is not None else 0
 
 
 def _bounded(engine) -> None:
