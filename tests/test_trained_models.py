@@ -218,3 +218,20 @@ def test_line_ends_are_the_kind_of_token_the_draft_gets_right_most() -> None:
         ranked = sorted((k for k, v in kinds.items() if v["tokens"] >= RANKED_KIND_TOKENS),
                         key=lambda k: -kinds[k]["share"])
         assert ranked[0] == "line end", (lang, ranked)
+
+
+def test_each_training_step_is_one_short_file_that_states_its_scope() -> None:
+    """The ``training`` package reads as a chapter: every file under 250 lines, opening with what it does and
+    does not do, and named in the reading order of the package's docstring."""
+    import ast
+
+    import training
+
+    package = ROOT / "training"
+    for path in sorted(package.glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        assert len(source.splitlines()) <= 250, path.name
+        docstring = ast.get_docstring(ast.parse(source)) or ""
+        assert "Non-scope" in docstring, f"{path.name} does not say what it leaves out"
+        if path.name != "__init__.py":
+            assert f"``{path.name}``" in training.__doc__, f"{path.name} is missing from the reading order"
