@@ -144,13 +144,20 @@ EXERCISES: tuple[Exercise, ...] = (
         ("filter", Words("Filtering: temperature, top-k, top-p", "过滤：温度、top-k、top-p")), "lesson_08"),
     Exercise(
         9, Words("Checkpoints and text", "检查点与文本"), "lessons/09-weights-and-text",
-        ("mini_deepinfer.models.loader:parameter_name",), False,
-        Words("map a checkpoint's tensor name to our parameter name: the text model's prefix goes, the vision "
-              "tower and the multi-token-prediction head are skipped.",
-              "把检查点里的张量名映射成我们的参数名：去掉文本模型的前缀，跳过视觉塔和多 token 预测头。"),
-        Words("every name of a Qwen3.5 and a Qwen2 checkpoint mapped as the engine maps it; the loaded model "
-              "equal to the engine's.",
-              "Qwen3.5 与 Qwen2 检查点的每个名字都与引擎映射得一样；加载出的模型与引擎一致。"),
+        ("mini_deepinfer.models.loader:parameter_name", "mini_deepinfer.models.loader:load_checkpoint"),
+        False,
+        Words("parameter_name: map a checkpoint's tensor name to our parameter name: the text model's prefix "
+              "goes, the vision tower and the multi-token-prediction head are skipped. load_checkpoint: read "
+              "config.json, index the tensors of the weight files, check them against a model built on the "
+              "meta device before reading any weight, then build the model and copy the weights in.",
+              "parameter_name：把检查点里的张量名映射成我们的参数名：去掉文本模型的前缀，"
+              "跳过视觉塔和多 token 预测头。load_checkpoint：读 config.json，索引权重文件里的张量，"
+              "在读任何权重之前先对照 meta 设备上建的模型检查，再建模型并把权重拷进去。"),
+        Words("every name of a Qwen3.5 and a Qwen2 checkpoint mapped as the engine maps it and by the "
+              "lesson's rule; the loaded models equal to the engine's (float32 and bfloat16); a checkpoint "
+              "with an unknown tensor or a wrong shape refused as the engine refuses it.",
+              "Qwen3.5 与 Qwen2 检查点的每个名字都与引擎映射得一样、符合本课的规则；加载出的模型与引擎一致"
+              "（float32 与 bfloat16）；含未知张量或形状不对的检查点与引擎一样被拒绝。"),
         ("loader", Words("Loading a checkpoint", "加载检查点")), "lesson_09"),
     Exercise(
         10, Words("Cross-round execution", "跨轮执行"), "lessons/10-cross-round",
