@@ -8,6 +8,8 @@ MISTAKES = (
     mistake("off by one: the last committed token is kept in the caches too (it is the next round's input)",
             ("    keep = req.prompt_len + len(req.output_token_ids) - 1\n",
              "    keep = req.prompt_len + len(req.output_token_ids)\n")),
+    mistake("off by one in the cut: the request keeps the KV slot of the first rejected position",
+            ("req.kv_slots[keep:], req.kv_slots[:keep]", "req.kv_slots[keep + 1:], req.kv_slots[:keep + 1]")),
     mistake("the rejected positions' KV slots are cut from the request but never given back to the pool",
             ("    self.kv_pool.free(freed)\n", "")),
     mistake("the computed length is not set back, so the next round starts after the rejected drafts",

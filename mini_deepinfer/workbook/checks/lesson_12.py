@@ -58,12 +58,12 @@ CHECKS = (
     Check(Words("the demo's rounds (and a draft that guesses wrong, and a batched crowd) equal the engine's, "
                 "line by line", "演示的每一轮（以及会猜错的草稿、合批的一组请求）与引擎逐行一致"),
           same_runs(RUNS)),
-    Check(Words("speculative greedy delivers the tokens of plain greedy decoding, token for token",
-                "投机 greedy 交付的 token 与普通 greedy 解码逐个相同"),
-          each_run(equals_plain_greedy), "runner"),
     Check(Words("each round's group is the accepted drafts, then one token of the target",
                 "每一轮的 token 组是被接受的草稿，再加目标模型自己的一个 token"),
           each_run(groups_follow_drafts), "runner"),
+    Check(Words("speculative greedy delivers the tokens of plain greedy decoding, token for token",
+                "投机 greedy 交付的 token 与普通 greedy 解码逐个相同"),
+          each_run(equals_plain_greedy), "runner"),
     Check(Words("every KV and state slot of both caches returned at the end",
                 "结束时两份缓存的所有 KV 与状态槽位都已归还"), each_run(both_caches_returned), "draft"),
 )

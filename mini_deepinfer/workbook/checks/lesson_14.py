@@ -144,8 +144,9 @@ CHECKS = (
                 "engine's",
                 "演示的每一轮、一组采样请求以及小词表上固定种子的验证与引擎一致"),
           same_runs((*SCENARIOS, (small_vocabulary, SHOWN)))),
-    Check(Words("a round delivers accepted drafts then one token, and stops at the first rejection",
-                "一轮交付被接受的草稿再加一个 token，并在第一次拒绝时停止"),
+    Check(Words("a round delivers accepted drafts then one token, and stops at the first rejection; every "
+                "slot of both caches returned", "一轮交付被接受的草稿再加一个 token，并在第一次拒绝时停止；"
+                "两份缓存的所有槽位都归还"),
           lambda trial: groups_are_prefixes(trial) or each_engine_run(trial)),
     Check(Words("the delivered tokens are distributed as sampling the target alone (chi-square, 1e-3 each)",
                 "交付的 token 服从目标模型单独采样的分布（卡方检验，每项 1e-3）"), distributed_as_target),
