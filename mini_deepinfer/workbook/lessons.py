@@ -165,12 +165,18 @@ EXERCISES: tuple[Exercise, ...] = (
         Words("one round: schedule, launch the plan if it has sequences, then read either the round just "
               "launched (synchronous) or the one launched before (cross-round, through the pipeline's swap); "
               "a runner failure abandons what is in flight; commit what was read.",
-              "一轮：调度，计划非空就发出，然后读回刚发出的那一轮（同步）或上一轮发出的（跨轮，经流水线的 swap）；"
-              "runner 出错就放弃在飞行中的工作；提交读回的结果。"),
-        Words("synchronous and cross-round traces equal to the engine's; cross-round tokens equal to "
-              "synchronous ones; every launched round read once; every slot returned.",
-              "同步与跨轮的 trace 与引擎一致；跨轮的 token 与同步相同；每个发出的轮次恰好读回一次；所有槽位归还。"),
-        ("step-swap", Words("Launch first, then read the previous round", "先发出，再读上一轮")), "lesson_10"),
+              "一轮：调度，计划非空就发出，然后读回刚发出的那一轮（同步）或上一轮发出的"
+              "（跨轮，经流水线的 swap）；runner 出错就放弃在飞行中的工作；提交读回的结果。"),
+        Words("lesson 10's and lesson 1's demos, A/B/C, late arrivals and runner failures, synchronous and "
+              "cross-round, equal to the engine's; cross-round tokens equal to synchronous ones; every "
+              "launched round read exactly once, in its own step or the next; step() returning what it "
+              "committed; a runner failure ending exactly the requests in flight as error; every slot "
+              "returned.",
+              "第 10 课与第 1 课的演示、A/B/C、晚到的请求与 runner 出错，同步与跨轮都与引擎一致；"
+              "跨轮的 token 与同步相同；每个发出的轮次恰好读回一次，在本步或下一步；step() 返回它提交的内容；"
+              "runner 出错时恰好让在飞行中的请求以 error 结束；所有槽位归还。"),
+        ("step-swap", Words("Launch first, then read the previous round", "先发出，再读上一轮")),
+        "lesson_10"),
     Exercise(
         11, Words("Stops, cancellation and release across rounds", "跨轮的停止、取消与归还"),
         "lessons/11-stops-across-rounds",

@@ -12,7 +12,6 @@ Non-scope: the stop rule itself and the release of slots (lesson 2), stale round
 from __future__ import annotations
 
 from mini_deepinfer.core.batch import BatchEngine
-from mini_deepinfer.core.commit import Delivery
 from mini_deepinfer.core.config import EngineConfig
 from mini_deepinfer.core.engine import Engine
 from mini_deepinfer.core.request import SamplingParams
@@ -25,6 +24,7 @@ from .toy_scenes import (
     Stepped,
     ToyDrafter,
     committed_in_order,
+    delivered_as_committed,
     every_token_accounted,
     lesson1,
     same_in,
@@ -87,31 +87,6 @@ def in_order(trial) -> Words | None:
 
 GROUPS = Words("{request}: committed_groups is {groups}, but its commit events were {events}",
                "{request}：committed_groups 是 {groups}，而它的 commit 事件是 {events}")
-DELIVERED = Words("round {round}: step() delivered {got}; the round committed {want}",
-                  "第 {round} 轮：step() 交付的是 {got}；这一轮提交的是 {want}")
-
-
-STOPS = ("eos", "length")  # the reasons a commit stops a request (a cancel comes after the step)
-
-
-def _committed(run: Stepped, round_id: int) -> dict[str, tuple]:
-    """What each request committed in a round, and the reason a commit of that round stopped it."""
-    want: dict[str, tuple] = {}
-    for event in run.events:
-        if event.round_id == round_id and event.kind == "commit":
-            want[event.request_id] = (tuple(event.data["tokens"]), None)
-        elif event.round_id == round_id and event.kind == "finish" and event.data["reason"] in STOPS:
-            want[event.request_id] = (want[event.request_id][0], event.data["reason"])
-    return want
-
-
-def delivered_by_request(delivered: object) -> dict[str, tuple] | str:
-    """What step() returned, per request (tokens, finish reason); as text when it is not Delivery objects."""
-    if not isinstance(delivered, list) or not all(isinstance(d, Delivery) for d in delivered):
-        return repr(delivered)
-    return {d.request_id: (tuple(d.tokens) if isinstance(d.tokens, (list, tuple)) else d.tokens,
-                           getattr(d.finish_reason, "value", d.finish_reason)) for d in delivered}
-
 
 def one_group_a_round(trial) -> Words | None:
     for scenario in STEPPED:
@@ -121,11 +96,9 @@ def one_group_a_round(trial) -> Words | None:
                       if e.kind == "commit" and e.request_id == rid]
             if req.committed_groups != events:
                 return GROUPS.format(request=rid, groups=req.committed_groups, events=events)
-        for round_id, delivered in run.deliveries:
-            got = delivered_by_request(delivered)
-            want = _committed(run, round_id)
-            if got != want:
-                return DELIVERED.format(round=round_id, got=got, want=want)
+        broken = delivered_as_committed(run)
+        if broken is not None:
+            return broken
     return None
 
 

@@ -11,11 +11,14 @@ the page runs these. Non-scope: which scenario a lesson runs (its ``lesson_NN.py
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from weakref import WeakKeyDictionary
 
 from mini_deepinfer import pipeline_demo
 from mini_deepinfer.__main__ import run_demo as lesson1_demo
+from mini_deepinfer.core.commit import Delivery
 from mini_deepinfer.core.engine import Engine
 from mini_deepinfer.core.plan import RoundPlan
 from mini_deepinfer.core.speculative import SpeculativeResult, Verified
@@ -44,16 +47,50 @@ class Stalled(RuntimeError):
     """The scenario ran ``MAX_ROUNDS`` rounds without finishing."""
 
 
+_STEPS: WeakKeyDictionary = WeakKeyDictionary()  # steps taken by each engine (a round number may not move)
+
+
+class StalledEngine(Stalled):
+    """:class:`Stalled`, holding the engine, so that the run so far can still be compared."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(f"the engine was still busy after {MAX_ROUNDS} rounds")
+        self.engine = engine
+
+
 def _bounded(engine: Engine) -> None:
-    if engine.round_id >= MAX_ROUNDS:
-        raise Stalled(f"the engine was still busy after {MAX_ROUNDS} rounds")
+    _STEPS[engine] = _STEPS.get(engine, 0) + 1
+    if engine.round_id >= MAX_ROUNDS or _STEPS[engine] >= MAX_ROUNDS:
+        raise StalledEngine(engine)
+
+
+def _stalled_line(exc: StalledEngine) -> str:
+    return f"[round {exc.engine.round_id}] stalled  {exc}"
+
+
+class _BoundedEngine(Engine):
+    """``Engine`` as lesson 1's demo makes it, stopped by :func:`_bounded` when its loop never ends."""
+
+    def step(self) -> list[Delivery]:
+        delivered = super().step()
+        _bounded(self)
+        return delivered
 
 
 def lesson1(slots: int = 8, cancel: str | None = None, after: int = 1, pipeline: bool = False) -> Run:
-    """Lesson 1's demo (``python -m mini_deepinfer``), as its flags would run it."""
+    """Lesson 1's demo (``python -m mini_deepinfer``), as its flags would run it (a ``stalled`` line last if
+    it never ends)."""
     run = Run()
     args = argparse.Namespace(slots=slots, cancel=cancel, cancel_after_round=after, pipeline=pipeline)
-    run.engine = lesson1_demo(args, print_line=run.lines.append)
+    demo_module = sys.modules[lesson1_demo.__module__]
+    demo_module.Engine = _BoundedEngine
+    try:
+        run.engine = lesson1_demo(args, print_line=run.lines.append)
+    except StalledEngine as exc:  # a loop that never ends: the lines so far, then where it stalled
+        run.engine = exc.engine
+        run.lines.append(_stalled_line(exc))
+    finally:
+        demo_module.Engine = Engine
     run.events = list(run.engine.trace.events)
     return run
 
@@ -70,6 +107,9 @@ def abc(**options: object) -> Run:
     pipeline_demo.drive = drive
     try:
         run.engine = pipeline_demo.run_demo(demo_options, print_line=run.lines.append)
+    except StalledEngine as exc:  # a loop that never ends: the lines so far, then where it stalled
+        run.engine = exc.engine
+        run.lines.append(_stalled_line(exc))
     finally:
         pipeline_demo.drive = original_drive
     run.events = list(run.engine.trace.events)
@@ -202,7 +242,8 @@ def _held(engine: Engine) -> dict[str, Held]:
 def stepped(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], object]]],
             cancels: dict[int, list[str]] | None = None, ask_again: bool = False) -> Stepped:
     """Like :func:`drive`, keeping what each step returned; ``cancels[round]``: cancelled after that round;
-    ``ask_again``: after every step, ``release_if_idle`` is called once more for each finished request."""
+    ``ask_again``: after every step, ``release_if_idle`` is called once more for each finished request. An
+    engine still busy after ``MAX_ROUNDS`` steps ends the run with a ``stalled`` event."""
     run, pending, cancels = Stepped(engine=engine), dict(arrivals), cancels or {}
     for _ in range(MAX_ROUNDS):
         if not (pending or engine.has_unfinished()):
@@ -217,7 +258,9 @@ def stepped(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], objec
             if req.finished:
                 engine.release_if_idle(req)
         run.after.append((engine.round_id, _held(engine)))
-    raise Stalled(f"the engine was still busy after {MAX_ROUNDS} steps")
+    stalled = TraceEvent(engine.round_id, "stalled", None, {"steps": MAX_ROUNDS})
+    run.events = [*engine.trace.events, stalled]
+    return run
 
 
 class ToyDrafter(ToyRunner):
@@ -262,17 +305,17 @@ class ToyDrafter(ToyRunner):
 
 
 def in_flight_at(events: list[TraceEvent]) -> Iterator[tuple[TraceEvent, dict[int, list[str]]]]:
-    """Each event, with the rounds launched and not read yet at that point (each with its requests); after
-    a runner failure (``error``) nothing is in flight any more."""
+    """Each event, with the rounds launched and not read yet at that point (each with its requests): at a
+    runner failure (``error``) the rounds it abandons, after it none."""
     unread: dict[int, list[str]] = {}
     for event in events:
         if event.kind == "launch":
             unread[event.data["round"]] = list(event.data["requests"])
         elif event.kind == "read":
             unread.pop(event.data["round"], None)
-        elif event.kind == "error":
-            unread.clear()
         yield event, unread
+        if event.kind == "error":
+            unread.clear()
 
 
 FREED_IN_FLIGHT = Words("round {round}: {request}'s slots {slots} were given back while round {launched}, "
@@ -370,4 +413,37 @@ def runner_told_once(run: Run) -> Words | None:
         times = run.engine.runner.released.count(rid)
         if times != 1:
             return TOLD.format(request=rid, times=times)
+    return None
+
+
+DELIVERED = Words("round {round}: step() delivered {got}; the round committed {want}",
+                  "第 {round} 轮：step() 交付的是 {got}；这一轮提交的是 {want}")
+ENDS = ("eos", "length", "error")  # the reasons step() delivers (a cancel comes between steps)
+
+
+def _committed(run: Run, round_id: int) -> dict[str, tuple]:
+    """What each request committed in a round's step, and the reason that step finished it with."""
+    want: dict[str, tuple] = {}
+    for event in run.events:
+        if event.round_id == round_id and event.kind == "commit":
+            want[event.request_id] = (tuple(event.data["tokens"]), None)
+        elif event.round_id == round_id and event.kind == "finish" and event.data["reason"] in ENDS:
+            want[event.request_id] = (want.get(event.request_id, ((), None))[0], event.data["reason"])
+    return want
+
+
+def _by_request(delivered: object) -> dict[str, tuple] | str:
+    """What step() returned, per request (tokens, finish reason); as text when it is not Delivery objects."""
+    if not isinstance(delivered, list) or not all(isinstance(d, Delivery) for d in delivered):
+        return repr(delivered)
+    return {d.request_id: (tuple(d.tokens) if isinstance(d.tokens, (list, tuple)) else d.tokens,
+                           getattr(d.finish_reason, "value", d.finish_reason)) for d in delivered}
+
+
+def delivered_as_committed(run: Stepped) -> Words | None:
+    """What each ``step()`` returned equals what its round committed (and the finish it caused)."""
+    for round_id, delivered in run.deliveries:
+        got, want = _by_request(delivered), _committed(run, round_id)
+        if got != want:
+            return DELIVERED.format(round=round_id, got=got, want=want)
     return None
