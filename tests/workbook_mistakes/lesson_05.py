@@ -30,6 +30,9 @@ MISTAKES = (
             ("(b, p - s.start, slot)", "(b, p, slot)")),
     mistake("fresh slots collected after padding: a graph round zeroes the dummy state slot",
             (FRESH + PAD, PAD + FRESH)),
+    mistake("logits for every sequence's last row, not only for the rows the runner asks for (the samplers)",
+            ('staging.add("logits_indices", list(logits_rows))',
+             'staging.add("logits_indices", [o + n - 1 for o, n in zip(row_offsets, query_lens)])')),
     mistake("context_lens are the new tokens only (query_lens)",
             ("context_lens=[s.context_len for s in seqs]", "context_lens=query_lens")),
 )

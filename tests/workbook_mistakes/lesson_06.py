@@ -20,6 +20,8 @@ MISTAKES = (
              "addcmul_(delta[..., :, None], k[..., None, :])")),
     mistake("the decay is exp(-g) instead of exp(g) (g is already a log-decay <= 0)",
             ("decay = g.exp()[..., None]", "decay = (-g).exp()[..., None]")),
+    mistake("the state is corrected into a new tensor: the state passed in is left as it was",
+            ("state.mul_(decay[..., None]).addcmul_(", "state = (state * decay[..., None]).addcmul_(")),
     mistake("the query is not scaled by dk^-0.5", ("    qk[:, 0].mul_(self.k_head_dim**-0.5)\n", "")),
     mistake("key heads are tiled (repeat) instead of each serving its neighbouring value heads "
             "(repeat_interleave)",

@@ -189,7 +189,6 @@ CHECKS = (
                 "graph) equals the engine's",
                 "每一轮暂存的每个张量（演示、跨轮、人多、前缀缓存、投机、图）都与引擎一致"),
           same_staging),
-    Check(Words("the model's tokens equal the engine's", "模型产出的 token 与引擎一致"), same_tokens),
     Check(Words("positions count on from each request's start_pos; slot_mapping is its new_slots; a prompt "
                 "chunk reads its whole context",
                 "位置从每条请求的 start_pos 往后数；slot_mapping 是它的 new_slots；"
@@ -203,4 +202,5 @@ CHECKS = (
           follows_plan(("logits_indices",)), "prepare"),
     Check(Words("each request gets the tokens it gets alone", "每条请求得到的 token 与它单独运行时相同"),
           as_if_alone, "what-to-notice"),
+    Check(Words("the model's tokens equal the engine's", "模型产出的 token 与引擎一致"), same_tokens),
 )

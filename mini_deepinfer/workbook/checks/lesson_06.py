@@ -206,14 +206,14 @@ CHECKS = (
     Check(Words("a tiny Qwen3.5's greedy tokens and logits (plain and speculative decoding) equal the "
                 "engine's",
                 "小 Qwen3.5 的 greedy token 与 logits（普通与投机解码）与引擎一致"), same_as_engine),
-    Check(Words("the step's output, returned state and updated state equal the engine's step",
-                "一步的输出、返回的状态与原地更新的状态与引擎的一步一致"), step_equals_engine, "delta-rule"),
     Check(Words("the step equals the textbook form: decay, predict, correct, read",
                 "一步与教科书形式一致：衰减、预测、修正、读出"), step_equals_reference, "delta-rule"),
-    Check(Words("split_heads gives the engine's q, k and v heads", "split_heads 切出的 q、k、v 与引擎一致"),
-          heads_equal_engine, "gated-deltanet"),
     Check(Words("keys have length 1 and queries length dk^-0.5", "key 的长度为 1，query 的长度为 dk^-0.5"),
           heads_normalised, "gated-deltanet"),
     Check(Words("decoding after a prefill gives the logits of one whole prefill",
                 "prefill 之后逐个 decode 的 logits 与整段 prefill 一致"), decode_equals_whole, "delta-rule"),
+    Check(Words("the step's output, returned state and updated state equal the engine's step",
+                "一步的输出、返回的状态与原地更新的状态与引擎的一步一致"), step_equals_engine, "delta-rule"),
+    Check(Words("split_heads gives the engine's q, k and v heads", "split_heads 切出的 q、k、v 与引擎一致"),
+          heads_equal_engine, "gated-deltanet"),
 )

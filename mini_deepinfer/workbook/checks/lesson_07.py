@@ -178,8 +178,6 @@ CHECKS = (
                 "verify) equal the engine's",
                 "小 Qwen3.5 的 token 与 logits（每块 7 个、解码旁每块 2 个、投机验证）与引擎一致"),
           same_as_engine),
-    Check(Words("outputs and windows equal the engine's for 1 to 9 new inputs, with and without out=",
-                "1 到 9 个新输入、有无 out= 时，输出与窗口都与引擎一致"), calls_equal_engine, "window"),
     Check(Words("the outputs are the causal convolution of [window | x], then SiLU",
                 "输出是对 [window | x] 的因果卷积再 SiLU"), outputs_are_the_convolution, "window"),
     Check(Words("the new window holds the last K - 1 inputs", "新窗口是最后 K - 1 个输入"),
@@ -187,4 +185,6 @@ CHECKS = (
     Check(Words("chunked prefill equals whole prefill: logits and the windows left in the cache",
                 "分块 prefill 与整段 prefill 一致：logits 以及缓存里留下的窗口"), chunked_equals_whole,
           "what-to-notice"),
+    Check(Words("outputs and windows equal the engine's for 1 to 9 new inputs, with and without out=",
+                "1 到 9 个新输入、有无 out= 时，输出与窗口都与引擎一致"), calls_equal_engine, "window"),
 )
