@@ -4,7 +4,8 @@ Scope: the lesson's demo (``model_draft_demo --cpu-example sampling --trace-roun
 sampling at temperature 0.1, seed 0) and a sampled crowd of four requests batched with chunked prefill, both
 through the real speculative engine; and ``verify_sampled`` called as the runner calls it, on a vocabulary of
 five tokens (two drafts drawn from ``Q``, verified against ``P``, one seeded generator): its first rounds'
-groups and acceptance tests compared line by line with the engine's. Then, on the learner's runs: each group
+groups and acceptance tests compared line by line with the engine's, and a draft ``Q`` cannot produce refused
+as the engine refuses it. Then, on the learner's runs: each group
 is accepted drafts plus one token, and a chi-square test of the delivered tokens against the target's rows
 (the first token against ``P[0]``; the second, when the first draft was accepted, against ``P[1]``; the bonus
 against ``P[2]``), each at ``ALPHA`` = 1e-3: a correct ``verify_sampled`` fails one of the three with
@@ -68,6 +69,15 @@ def small_vocabulary(trials: int = TRIALS) -> VerifyRun:
                               f"{'accepted' if s.accepted else 'rejected'}" for s in steps)
             run.lines.append(f"[round {index}] verify drafts={drafts} ({tests}) -> {group}")
     return run
+
+
+def refusal() -> Run:
+    """A draft that ``Q`` cannot produce (token 4 has probability 0 in row 0): what the verify says."""
+    try:
+        group = verify.verify_sampled(P, Q, [4, 0], make_generator(VERIFY_SEED))
+    except ValueError as exc:
+        return Run(lines=[f"refused: {exc}"])
+    return Run(lines=[f"delivered {group}"])
 
 
 SCENARIOS = ((demo, "sampling"), (crowd, 3, 0.5, 3, 8, False, 0.1))
@@ -143,7 +153,7 @@ CHECKS = (
     Check(Words("the demo's rounds, a sampled crowd and seeded verifies on a small vocabulary equal the "
                 "engine's",
                 "演示的每一轮、一组采样请求以及小词表上固定种子的验证与引擎一致"),
-          same_runs((*SCENARIOS, (small_vocabulary, SHOWN)))),
+          same_runs((*SCENARIOS, (small_vocabulary, SHOWN), (refusal,)))),
     Check(Words("a round delivers accepted drafts then one token, and stops at the first rejection; every "
                 "slot of both caches returned", "一轮交付被接受的草稿再加一个 token，并在第一次拒绝时停止；"
                 "两份缓存的所有槽位都归还"),
