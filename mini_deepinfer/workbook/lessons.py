@@ -182,15 +182,21 @@ EXERCISES: tuple[Exercise, ...] = (
         "lessons/11-stops-across-rounds",
         (f"{CORE}.engine:Engine.commit_round",), True,
         Words("for each sequence of a round just read: one round fewer in flight; if it sampled, one sample "
-              "fewer in flight, and commit its tokens unless the request already finished (then discard them); "
-              "index its prompt; give its slots back if it is idle.",
+              "fewer in flight, and commit its tokens unless the request already finished (then discard "
+              "them); index its prompt; give its slots back if it is idle.",
               "对刚读回的一轮里的每条序列：在飞行中的轮数减一；若它采样了，在飞行中的采样数减一，"
               "请求未结束就提交它的 token（已结束就丢弃）；索引它的 prompt；空闲就归还槽位。"),
-        Words("stops and cancels across rounds equal to the engine's trace; nothing committed after a stop; "
-              "slots returned only after the last round that uses them is read; free == capacity at the end.",
-              "跨轮的停止与取消与引擎的 trace 一致；停止后不再提交；槽位只在最后一个用到它们的轮次读回后归还；"
+        Words("lesson 11's demo, other cancels, every kind of stop in a batch and a prefix cache, across "
+              "rounds and synchronously, equal to the engine's; nothing committed after a stop; every token "
+              "read committed or discarded as stale; the in-flight counts equal to the unread rounds; slots "
+              "returned only after the last round that uses them is read, and right then; free == capacity "
+              "at the end.",
+              "第 11 课的演示、其他时机的取消、合批中的各种停止与前缀缓存，跨轮与同步都与引擎一致；"
+              "停止后不再提交；读回的每个 token 要么提交要么作为过期工作丢弃；"
+              "在飞行中的计数等于未读回的轮次；槽位只在最后一个用到它们的轮次读回后归还，并且就在那时归还；"
               "最后 free == capacity。"),
-        ("commit-round", Words("On reading: commit, discard, release", "读回时：提交、丢弃、归还")), "lesson_11"),
+        ("commit-round", Words("On reading: commit, discard, release", "读回时：提交、丢弃、归还")),
+        "lesson_11"),
     Exercise(
         12, Words("Speculative decoding", "投机解码"), "lessons/12-speculative",
         ("mini_deepinfer.runtime.speculative.verify:verify_greedy",), False,
