@@ -8,11 +8,11 @@
 #   2. create .venv and install torch==2.13.0 (the CPU build) before anything else, so that no other package
 #      pulls a multi-GB CUDA build of torch in through its own requirements; then the project with [all];
 #   3. for `make test`: fetch DeepInfer's sdist from PyPI into .cache/deepinfer/, check its SHA-256 against the
-#      one that docs/reference/deepinfer-refs.json quotes, and unpack it (site_scripts/fetch_sdist.py); the
+#      one that docs/reference/deepinfer-refs.json quotes, and unpack it (site_scripts/build/fetch_sdist.py); the
 #      tests check the mapping page's DeepInfer line numbers against it. The tests themselves never download;
 #   4. for `make serve`, `make build` and `make test`: fetch the pinned Pyodide runtime (the npm package's
-#      tarball, site_scripts/pyodide.json) into .cache/pyodide/, check it against the registry's integrity
-#      hash, and unpack the files the pages' Run buttons need (site_scripts/fetch_pyodide.py); every build
+#      tarball, site_scripts/build/pyodide.json) into .cache/pyodide/, check it against the registry's integrity
+#      hash, and unpack the files the pages' Run buttons need (site_scripts/build/fetch_pyodide.py); every build
 #      copies them into the site. Without them the site still builds, and the buttons say how to run locally.
 
 PYTHON ?= python3
@@ -61,15 +61,15 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 $(SDIST_STAMP): docs/reference/deepinfer-refs.json | $(STAMP)
-	$(BIN)/python -m site_scripts.fetch_sdist $(DEEPINFER_SDIST)
+	$(BIN)/python -m site_scripts.build.fetch_sdist $(DEEPINFER_SDIST)
 	touch $(SDIST_STAMP)
 
-$(PYODIDE_STAMP): site_scripts/pyodide.json | $(STAMP)
-	$(BIN)/python -m site_scripts.fetch_pyodide
+$(PYODIDE_STAMP): site_scripts/build/pyodide.json | $(STAMP)
+	$(BIN)/python -m site_scripts.build.fetch_pyodide
 	touch $(PYODIDE_STAMP)
 
 snippets: $(STAMP)
-	$(BIN)/python -m site_scripts.regenerate
+	$(BIN)/python -m site_scripts.build.regenerate
 
 serve: snippets $(PYODIDE_STAMP)
 	$(BIN)/python -m mkdocs serve -a 127.0.0.1:8000

@@ -9,7 +9,8 @@ Conventions for page authors:
 * Every ```` ```python ````, ```` ```bash ```` and ```` ```sh ```` fence runs (attributes after the language,
   such as ``title="..."``, are allowed), in a subprocess with the repository root as working directory. Shell
   blocks run under ``bash -euo pipefail``. A non-zero exit fails the test, and the report shows stderr.
-* The subprocess environment is the one the snippet generators use (``site_scripts.common.command_env``):
+* The subprocess environment is the one the snippet generators use
+  (``site_scripts.build.common.command_env``):
   this interpreter's ``bin/`` first on PATH, so ``python`` in a shell block is the virtual environment's;
   ``PYTHONHASHSEED=0``, ``COLUMNS=80`` and ``PYTHONIOENCODING=utf-8``.
 * A fence followed by ``<!--pytest-codeblocks:expected-output-->`` and a second fence must print exactly that
@@ -54,7 +55,7 @@ from sybil import Document, Example, Region, Sybil
 from sybil.evaluators.doctest import DocTestEvaluator
 from sybil.parsers.abstract.doctest import DocTestStringParser
 
-from site_scripts.common import command_env
+from site_scripts.build.common import command_env
 
 ROOT = Path(__file__).resolve().parent
 TIMEOUT_S = 1800

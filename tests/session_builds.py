@@ -78,7 +78,7 @@ REGENERATION_PARTS: dict[str, tuple[str, ...] | None] = {
 
 def regeneration_part(part: str) -> list[str]:
     """The generator names (``toy``, not ``gen_toy``) of ``part`` of :data:`REGENERATION_PARTS`."""
-    from site_scripts.regenerate import generator_names
+    from site_scripts.build.regenerate import generator_names
 
     every = [name.removeprefix("gen_") for name in generator_names()]
     named = [name for names in REGENERATION_PARTS.values() if names for name in names]
@@ -113,7 +113,7 @@ def regenerate_once(folder: Path, part: str) -> Regeneration:
     texts = folder / "texts.json"
     generators = ",".join(regeneration_part(part))
     proc = subprocess.run(
-        [sys.executable, "-m", "site_scripts.regenerate", "--check", "--only", generators,
+        [sys.executable, "-m", "site_scripts.build.regenerate", "--check", "--only", generators,
          "--save", str(texts)],
         cwd=repo, capture_output=True, text=True, timeout=REGENERATE_TIMEOUT_S,
     )

@@ -43,7 +43,7 @@ from mini_deepinfer.bench.gpu import (
 
 ROOT = Path(__file__).resolve().parents[1]
 PROVENANCE = {"commit": "0" * 40, "clean_tree": True, "device": "test", "torch": torch.__version__}
-SCRIPT = ROOT / "site_scripts" / "gpu_run.sh"
+SCRIPT = ROOT / "site_scripts" / "performance" / "gpu_run.sh"
 
 
 def tiny_model():

@@ -1,9 +1,9 @@
 """Lesson 10's cost model: its measured sentence is the accelerator record's, and the H + D model stays gone.
 
-Scope: the sentence ``site_scripts/gen_rounds.py`` writes for lesson 10 from the committed H200 rounds report
-(``cost_model``), in both languages: it is current, it quotes the report's medians, and the lesson includes
-it instead of stating a round as host time plus device time. Non-scope: the report's own table and checks
-(``test_bench_rounds.py``), and whether the model's reasoning is sound (the page argues it).
+Scope: the sentence ``site_scripts/lessons/gen_rounds.py`` writes for lesson 10 from the committed H200 rounds
+report (``cost_model``), in both languages: it is current, it quotes the report's medians, and the lesson
+includes it instead of stating a round as host time plus device time. Non-scope: the report's own table and
+checks (``test_bench_rounds.py``), and whether the model's reasoning is sound (the page argues it).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts import gen_rounds
+from site_scripts.lessons import gen_rounds
 
 ROOT = Path(__file__).resolve().parent.parent
 LANGS = ("zh", "en")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts.gen_generate import QUESTION, QUESTION_EN
+from site_scripts.lessons.gen_generate import QUESTION, QUESTION_EN
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

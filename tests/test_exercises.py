@@ -7,7 +7,7 @@ happen: what the lesson's command prints in the changed copy, and which tests of
 command fail there. The copy is made under ``tmp_path`` (``mini_deepinfer/``, ``site_scripts/``, ``tests/``,
 ``snippets/`` and the root files the tests need), so the repository itself is never changed; commands run
 with the copy as the working directory, so they import the copy's package; each is forked from a Python that
-has imported torch already (``site_scripts/preloaded_python.py``: torch's import is most of such a run).
+has imported torch already (``site_scripts/build/preloaded_python.py``: torch's import is most of such a run).
 Running the commands is fast; running the page's tests in the copy (a Python of their own) is marked slow.
 Non-scope: the exercises' prose beyond these claims, and whether the unchanged repository passes those tests
 (the suite itself runs them).
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts.preloaded_python import PreloadedPython
+from site_scripts.build.preloaded_python import PreloadedPython
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -169,7 +169,7 @@ EXERCISES = {
          "-k", "gets_alone or chunked_budget_7"),
         {"failed": 6}),
     "lesson-05": Exercise(
-        "lessons/05-runner", ("site_scripts.gen_runner",), only_lines_with_differ("fresh_slots", 2),
+        "lessons/05-runner", ("site_scripts.lessons.gen_runner",), only_lines_with_differ("fresh_slots", 2),
         ("tests/test_engine_modes_qwen.py", "-k", "every_mode_gives and one_at_a_time"), {"failed": 4}),
     "lesson-06": Exercise(
         "lessons/06-qwen35-layers",
@@ -178,12 +178,13 @@ EXERCISES = {
         outcome={"failed": 3},
         still_pass=("tests/test_qwen3_5_parity.py::test_full_sequence_logits_match_transformers",)),
     "lesson-07": Exercise(
-        "lessons/07-hybrid-cache", ("site_scripts.gen_hybrid_cache",), chunks_lose_the_window,
+        "lessons/07-hybrid-cache", ("site_scripts.lessons.gen_hybrid_cache",), chunks_lose_the_window,
         tests=("tests/test_qwen3_5_parity.py", "tests/test_hybrid_cache.py", "-k",
                "chunked_prefill_equals_whole_prefill or conv_window"),
         outcome={"failed": 7, "passed": 2}),
     "lesson-08": Exercise(
-        "lessons/08-sampling", ("site_scripts.gen_sampling_demo",), temperature_rows_equal_temperature_one,
+        "lessons/08-sampling", ("site_scripts.lessons.gen_sampling_demo",),
+        temperature_rows_equal_temperature_one,
         ("tests/test_sampling.py", "-k", "filtered_distribution_is_exact"), {"failed": 1, "passed": 5}),
     "lesson-09": Exercise(
         "lessons/09-weights-and-text", tests=("tests/test_text.py", "-k", "stream_one_token_at_a_time"),
@@ -234,7 +235,7 @@ EXERCISES = {
         contains("[round 2] verify   188 drawn from norm(max(0, p - q)) at position 4"),
         ("tests/test_speculative_verify.py", "-k", "emitted_token or residual"), {"failed": 3, "passed": 6}),
     "graph-execution": Exercise(
-        "notes/graph-execution", ("site_scripts.gen_graphs",), padding_writes_into_a,
+        "notes/graph-execution", ("site_scripts.notes.gen_graphs",), padding_writes_into_a,
         ("tests/test_decode_graphs.py", "-k", "padding"), {"failed": 1}),
 }
 
@@ -313,7 +314,8 @@ def run(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def python():
-    """``python -m`` for the commands: one helper per test process (``site_scripts/preloaded_python.py``)."""
+    """``python -m`` for the commands: one helper per test process
+    (``site_scripts/build/preloaded_python.py``)."""
     helper = PreloadedPython()
     yield lambda copy, *args: helper.run_module(copy, *args, timeout=TIMEOUT_S)
     helper.close()

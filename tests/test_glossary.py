@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 GLOSSARY = {"zh": DOCS / "reference" / "glossary.md", "en": DOCS / "reference" / "glossary.en.md"}
-LABELS = ROOT / "site_scripts" / "picture_labels.py"
+LABELS = ROOT / "site_scripts" / "pictures" / "picture_labels.py"
 
 
 def english_word(word: str) -> str:
@@ -150,7 +150,8 @@ def rel(path: Path) -> str:
 
 
 def label_texts() -> dict[str, str]:
-    """Every word of the pictures (``site_scripts/picture_labels.py``), one value per line, per language."""
+    """Every word of the pictures (``site_scripts/pictures/picture_labels.py``), one value per line, per
+    language."""
     tree = ast.parse(LABELS.read_text(encoding="utf-8"))
     words: dict[str, list[str]] = {"zh": [], "en": []}
     for node in tree.body:

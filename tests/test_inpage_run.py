@@ -11,8 +11,9 @@ buttons saying how to run the command locally.
 
 Non-scope: the pages' text, and the engine's behaviour beyond what the pages show (its own tests).
 
-Needs ``/usr/bin/chromium`` and the runtime that ``make setup`` fetches (``site_scripts/fetch_pyodide.py``);
-without either, the browser tests are skipped with the reason. Nothing here downloads.
+Needs ``/usr/bin/chromium`` and the runtime that ``make setup`` fetches
+(``site_scripts/build/fetch_pyodide.py``); without either, the browser tests are skipped with the reason.
+Nothing here downloads.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from urllib.parse import urlsplit
 import pytest
 from session_builds import Hosted, configured_site_url
 
-from site_scripts import fetch_pyodide, inpage_bundle
-from site_scripts.inpage_measure import CHROMIUM, Watch, browser, build_site, run_widget, serve
+from site_scripts.build import fetch_pyodide
+from site_scripts.inpage import inpage_bundle
+from site_scripts.inpage.inpage_measure import CHROMIUM, Watch, browser, build_site, run_widget, serve
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Locator, Page
@@ -142,7 +144,8 @@ def edit(editor: Locator, old: str, new: str) -> None:
 def test_shipped_engine_is_the_package_files_byte_for_byte_without_torch(tmp_path: Path) -> None:
     names = inpage_bundle.write_zip(tmp_path / "engine.zip")
     assert {"mini_deepinfer/__init__.py", "mini_deepinfer/__main__.py", ENGINE, "mini_deepinfer/tools/cli.py",
-            "mini_deepinfer/pipeline_demo.py", "site_scripts/gen_toy.py", "site_scripts/gen_abc.py",
+            "mini_deepinfer/pipeline_demo.py", "site_scripts/lessons/gen_toy.py",
+            "site_scripts/lessons/gen_abc.py",
             } <= set(names)
     with zipfile.ZipFile(tmp_path / "engine.zip") as archive:
         assert archive.namelist() == names
@@ -165,7 +168,7 @@ class Refuse:
         if name.partition(".")[0] == "torch":
             raise ImportError("torch is not shipped")
 sys.meta_path.insert(0, Refuse())
-from site_scripts import inpage_worker
+from site_scripts.inpage import inpage_worker
 inpage_worker.load_originals(sys.argv[1])
 runs = [("", "rounds", "mini_deepinfer"), ("--pipeline", "in-flight", "mini_deepinfer"),
         ("--toy", "abc-rounds", "mini_deepinfer.pipeline_demo"),
@@ -191,7 +194,7 @@ def test_every_command_a_page_runs_needs_only_the_shipped_files(tmp_path: Path) 
 
 
 def test_help_prints_the_usage_and_exits_0_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
-    from site_scripts import inpage_worker
+    from site_scripts.inpage import inpage_worker
 
     result = json.loads(inpage_worker.run_command("--help"))
     out, err = capsys.readouterr()
@@ -201,7 +204,7 @@ def test_help_prints_the_usage_and_exits_0_without_a_traceback(capsys: pytest.Ca
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_the_timings_table_tells_the_first_line_from_the_last_and_names_its_command(lang: str) -> None:
-    from site_scripts import gen_inpage
+    from site_scripts.inpage import gen_inpage
 
     record = json.loads(gen_inpage.RECORD.read_text(encoding="utf-8"))
     table = gen_inpage.timings_table(record, lang)
@@ -211,7 +214,7 @@ def test_the_timings_table_tells_the_first_line_from_the_last_and_names_its_comm
     first_line, last_line = values[2], values[3]
     differ = record["first_run"]["click_to_first_line_ms"] != record["first_run"]["click_to_end_ms"]
     assert (first_line != last_line) == differ
-    assert values[1] == "`python -m mini_deepinfer`" and "site_scripts.inpage_measure" in values[-1]
+    assert values[1] == "`python -m mini_deepinfer`" and "site_scripts.inpage.inpage_measure" in values[-1]
 
 
 def test_shipped_engine_holds_every_core_module_the_command_imports() -> None:

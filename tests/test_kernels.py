@@ -33,7 +33,7 @@ from mini_deepinfer.models.kernels.norm import (
 from mini_deepinfer.models.layers import Folded, SwiGLUMLP, merged_projections
 from mini_deepinfer.models.presets import qwen3_5_config
 from mini_deepinfer.runtime.factory import build_engine
-from site_scripts.common import ROOT
+from site_scripts.build.common import ROOT
 
 GRAPH_PATH_CEILING = 1_300
 """Kernels per graph-path decode step at the 0.8B shape that the plain-PyTorch model must stay under."""
@@ -237,7 +237,7 @@ def test_folded_constant_is_recomputed_after_an_in_place_write_only():
 
 @pytest.fixture(scope="module")
 def kernel_counts():
-    from site_scripts.gen_kernels import count_decode_step, random_model
+    from site_scripts.performance.gen_kernels import count_decode_step, random_model
 
     model = random_model()
     return {"eager": count_decode_step(model, graphs=False),

@@ -11,7 +11,7 @@ written to ``build/screenshots/`` for a person to look at. What makes the lines 
 ``docs/stylesheets/lines.css`` (see its comment).
 
 Without a browser (here): every section of a Python file embedded in a lesson gets the file's own line
-numbers (``site_scripts/mkdocs_hooks.py``), so a ``file:line`` in the text can be found on the page.
+numbers (``site_scripts/build/mkdocs_hooks.py``), so a ``file:line`` in the text can be found on the page.
 
 Non-scope: what the lines say; every other page of the site (``tests/test_browser.py`` opens them all).
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from site_scripts.mkdocs_hooks import with_source_line_numbers
+from site_scripts.build.mkdocs_hooks import with_source_line_numbers
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page

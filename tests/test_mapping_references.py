@@ -7,9 +7,9 @@ references, ``docs/reference/deepinfer-refs.json``. Every reference to our code 
 file, a line number and a symbol; each mechanism section of each page must cite exactly the references the
 JSON file lists for it; and every cited DeepInfer line must hold its symbol in the unpacked sdist that
 ``DEEPINFER_SDIST`` names. The sdist is not in this repository and the tests never download it: the set-up of
-``make test`` fetches it once (``site_scripts/fetch_sdist.py``, its SHA-256 checked against the JSON file) and
-sets ``DEEPINFER_SDIST``. Without it the line check is skipped, except where ``CI`` is set: there a skipped
-line check fails, since CI must check the lines.
+``make test`` fetches it once (``site_scripts/build/fetch_sdist.py``, its SHA-256 checked against the JSON
+file) and sets ``DEEPINFER_SDIST``. Without it the line check is skipped, except where ``CI`` is set: there a
+skipped line check fails, since CI must check the lines.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The performance page's CPU tables: one per kind of CPU, each held to today's goals, each with a paragraph
-made from its own numbers (``site_scripts/gen_performance.py``).
+made from its own numbers (``site_scripts/performance/gen_performance.py``).
 
 Non-scope: the numbers themselves (measured by ``python -m mini_deepinfer.bench`` and committed as they came)
 and whether the rendered snippets are current (``test_snippets_current``).
@@ -13,8 +13,8 @@ import re
 import pytest
 
 from mini_deepinfer.bench.__main__ import TARGETS
-from site_scripts import gen_performance
-from site_scripts.common import SNIPPETS, read_json
+from site_scripts.build.common import SNIPPETS, read_json
+from site_scripts.performance import gen_performance
 
 KINDS = gen_performance.CPU_KINDS
 

@@ -1,10 +1,10 @@
 """The site's pictures: regenerated from the traces they show, readable in both languages, and on their pages.
 
-Scope: every SVG that ``site_scripts/gen_pictures.py`` (traces, benchmark charts) and
-``site_scripts/gen_timeline.py`` (measured round timelines) write into ``docs/assets/pictures/`` equals what
-its drawing gives today (so a picture can never drift from the engine); each is a small, non-empty SVG whose
-words are text in the picture's language; each is shown on a Chinese page and on its English twin with alt
-text in that page's language. The drawing code is also checked on small hand-made traces, so a change to a
+Scope: every SVG that ``site_scripts/pictures/gen_pictures.py`` (traces, benchmark charts) and
+``site_scripts/notes/gen_timeline.py`` (measured round timelines) write into ``docs/assets/pictures/`` equals
+what its drawing gives today (so a picture can never drift from the engine); each is a small, non-empty SVG
+whose words are text in the picture's language; each is shown on a Chinese page and on its English twin with
+alt text in that page's language. The drawing code is also checked on small hand-made traces, so a change to a
 demo cannot hide a mistake in it. Non-scope: how a browser renders the pictures (``tests/test_browser.py``
 opens every page and fails on a missing file).
 """
@@ -18,9 +18,11 @@ from xml.etree import ElementTree
 import pytest
 
 from mini_deepinfer.core.trace import TraceEvent
-from site_scripts import gen_pictures, gen_timeline, gen_trained_pictures, picture_labels, pictures
-from site_scripts.common import ROOT, read_json
-from site_scripts.regenerate import collect_outputs
+from site_scripts.build.common import ROOT, read_json
+from site_scripts.build.regenerate import collect_outputs
+from site_scripts.notes import gen_timeline
+from site_scripts.pictures import gen_pictures, picture_labels, pictures
+from site_scripts.trained import gen_trained_pictures
 
 PICTURES_DIR = ROOT / "docs" / "assets" / "pictures"
 DOCS = ROOT / "docs"
@@ -88,10 +90,10 @@ def en_twin(page: Path) -> Path:
 @pytest.mark.parametrize("path", sorted(DRAWN))
 def test_each_picture_regenerated_from_its_trace_equals_the_committed_file(path: str) -> None:
     committed = PICTURES_DIR / path
-    assert committed.is_file(), f"{path} is missing; run `python -m site_scripts.regenerate`"
+    assert committed.is_file(), f"{path} is missing; run `python -m site_scripts.build.regenerate`"
     drawn = DRAWN[path]()
     assert drawn == committed.read_text(encoding="utf-8"), (
-        f"{path} differs from what its trace draws today; run `python -m site_scripts.regenerate`")
+        f"{path} differs from what its trace draws today; run `python -m site_scripts.build.regenerate`")
 
 
 def test_every_committed_picture_has_a_generator() -> None:
@@ -258,7 +260,7 @@ def side(prefill_s: float, tokens_per_s: float) -> dict[str, object]:
 
 @pytest.mark.parametrize("lang", ["zh", "en"])
 def test_the_transformers_chart_draws_a_report_of_its_benchmark(lang: str) -> None:
-    from site_scripts import charts
+    from site_scripts.pictures import charts
 
     report = {"benchmark": "transformers", "date": "2030-01-02T03:04:05+00:00", "dtype": "float32",
               "device": {"type": "cpu", "name": "Example CPU"}, "config": {"preset": "tiny", "repeats": 3},

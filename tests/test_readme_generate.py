@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts.common import command_env
+from site_scripts.build.common import command_env
 
 ROOT = Path(__file__).resolve().parent.parent
 READMES = ["README.md", "README.en.md"]

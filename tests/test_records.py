@@ -302,13 +302,13 @@ def test_package_version_is_none_without_metadata_or_pyproject(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The site's rendering of committed records (site_scripts/gen_records.py) and its provenance file.
+# The site's rendering of committed records (site_scripts/records/gen_records.py) and its provenance file.
 # ---------------------------------------------------------------------------------------------------------
 
 
 def committed_records(folder: Path, monkeypatch: pytest.MonkeyPatch, provenance: dict | None = None):
     """gen_records pointed at ``folder``, holding one record (path ``weights/Qwen3.5-2B``, no weights key)."""
-    from site_scripts import gen_records
+    from site_scripts.records import gen_records
 
     record = filled_record().to_dict()
     record["model"]["path"] = "weights/Qwen3.5-2B"
@@ -351,7 +351,7 @@ def test_provenance_fills_what_a_record_does_not_state_and_says_where_it_comes_f
 def test_provenance_never_names_a_missing_record_an_unknown_key_or_a_missing_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: dict, message: str
 ) -> None:
-    from site_scripts.common import GeneratorError
+    from site_scripts.build.common import GeneratorError
 
     name = "other.json" if message == "is not a committed record" else "gpu-run.json"
     gen_records = committed_records(tmp_path, monkeypatch, {name: entry})
@@ -362,7 +362,7 @@ def test_provenance_never_names_a_missing_record_an_unknown_key_or_a_missing_mod
 def test_provenance_cannot_override_what_the_record_states(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from site_scripts.common import GeneratorError
+    from site_scripts.build.common import GeneratorError
 
     gen_records = committed_records(tmp_path, monkeypatch, {"gpu-run.json": {"model.weights": "random"}})
     record = json.loads((tmp_path / "gpu-run.json").read_text(encoding="utf-8"))

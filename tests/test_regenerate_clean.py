@@ -1,6 +1,6 @@
 """Regenerating the snippets (what ``make serve`` and ``make build`` do first) never dirties the working tree.
 
-Scope: ``site_scripts/regenerate.py`` in write mode. Output whose digits depend on the machine
+Scope: ``site_scripts/build/regenerate.py`` in write mode. Output whose digits depend on the machine
 (``MACHINE_DEPENDENT``, the BF16 note's half-precision sums) is left as committed when this machine differs
 from the one that wrote it: only the machine differs there, not the code. The slow tests write, in a clone of
 a copy of the working tree, what the session's one run of every generator rendered (the ``regeneration``
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from session_builds import Regeneration, git
 
-from site_scripts import regenerate
-from site_scripts.common import MachineDependent
+from site_scripts.build import regenerate
+from site_scripts.build.common import MachineDependent
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "snippets/bf16/kernels.txt"
@@ -60,7 +60,7 @@ def clone(regeneration: Regeneration, tmp_path: Path) -> Path:
 def write_rendered(regeneration: Regeneration, repo: Path, *args: str) -> None:
     """``regenerate`` in write mode in ``repo``, with the texts the session's one run rendered."""
     proc = subprocess.run(
-        [sys.executable, "-m", "site_scripts.regenerate", "--from", str(regeneration.texts), *args],
+        [sys.executable, "-m", "site_scripts.build.regenerate", "--from", str(regeneration.texts), *args],
         cwd=repo, capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

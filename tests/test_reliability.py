@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts.common import command_env
+from site_scripts.build.common import command_env
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "snippets" / "reliability" / "bad-inputs.md"
@@ -78,7 +78,7 @@ def test_ctrl_c_while_generating_exits_130_with_one_line_and_no_record(tiny_chec
 
 
 def test_every_test_the_kinds_table_names_exists():
-    from site_scripts.gen_reliability import KINDS
+    from site_scripts.records.gen_reliability import KINDS
 
     kinds = {kind for kind, _, _ in KINDS}
     assert len(kinds) == 8
@@ -449,7 +449,7 @@ def test_a_prompt_past_max_position_embeddings_is_refused_before_the_weights_loa
     from mini_deepinfer.bench import rounds, speculative
     from mini_deepinfer.generate import main as generate_main
     from mini_deepinfer.models import loader
-    from site_scripts.gen_reliability import edit_config
+    from site_scripts.records.gen_reliability import edit_config
 
     folder = tmp_path / "short"
     shutil.copytree(tiny_checkpoint, folder)

@@ -5,7 +5,7 @@ or install anything, against this interpreter and against every other interprete
 (``/usr/bin/python3``, those on PATH, pyenv's), each in a scratch copy of the Makefile, where a refused one
 must leave nothing behind; that the Makefile's ``PYTHON_FLOOR`` is the highest Requires-Python among the
 installed pins of the extras, and that the READMEs and the run guide state it; the order of the set-up steps
-(``make -n``); the toy demo on an interpreter older than the floor; and ``site_scripts/fetch_sdist.py``
+(``make -n``); the toy demo on an interpreter older than the floor; and ``site_scripts/build/fetch_sdist.py``
 without a network: it reuses an archive with the right SHA-256 and unpacks it, removes a wrong one, and
 reports a failed download or a wrong command line in one line. Non-scope: the download itself (the set-up
 does it; tests never download), and installing anything on the other interpreters.
@@ -291,7 +291,7 @@ def write_refs(path: Path, sha256: str) -> Path:
 
 def fetch(*args: str) -> subprocess.CompletedProcess[str]:
     """The script, with an index that does not exist (so a download fails at once, offline)."""
-    code = ("import sys; from site_scripts import fetch_sdist as f; "
+    code = ("import sys; from site_scripts.build import fetch_sdist as f; "
             "f.SIMPLE_INDEX = 'file:///nonexistent/{name}/'; sys.exit(f.main(sys.argv[1:]))")
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=make_env(),
                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
@@ -326,7 +326,7 @@ def test_fetch_removes_a_wrong_archive_and_reports_a_failed_download_in_one_line
 
 
 def test_a_wrong_sha256_is_one_clear_line(tmp_path: Path) -> None:
-    from site_scripts.fetch_sdist import FetchError, verify
+    from site_scripts.build.fetch_sdist import FetchError, verify
 
     archive, digest = fake_sdist(tmp_path)
     verify(archive, digest, tmp_path / "refs.json")

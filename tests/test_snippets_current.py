@@ -1,6 +1,6 @@
 """The generated files under snippets/ are current: regenerating them changes nothing.
 
-Scope: running every generator of ``site_scripts/gen_*.py`` (``python -m site_scripts.regenerate
+Scope: running every generator of ``site_scripts/gen_*.py`` (``python -m site_scripts.build.regenerate
 --check``, once per test session in copies of the working tree, in parts that two workers share: the
 ``regeneration`` fixture) and comparing with the files the pages include; digits that depend on the CPU's
 kernels are compared only on the machine that wrote them, and the pages' claims about them everywhere.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from session_builds import REGENERATION_PARTS, Regeneration, regeneration_part
 
-from site_scripts import regenerate
-from site_scripts.common import MachineDependent
+from site_scripts.build import regenerate
+from site_scripts.build.common import MachineDependent
 
 
 @pytest.mark.slow

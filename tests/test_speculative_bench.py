@@ -65,8 +65,8 @@ def test_the_paragraph_under_the_cpu_cost_table_is_made_of_its_numbers(lang, mon
     """The performance page's sentence under the table (``gen_speculative.bench_reading``): the range of the
     verify forward's cost and of the draft's share, and the case closest to plain decoding, from the report;
     a faster case changes the verdict."""
-    from site_scripts import gen_speculative
-    from site_scripts.common import read_json
+    from site_scripts.build.common import read_json
+    from site_scripts.lessons import gen_speculative
 
     report = read_json(gen_speculative.BENCH_JSON)
     cases = {name: r for name, r in report["results"].items() if name != "plain"}

@@ -1,7 +1,7 @@
 """What the site and the READMEs say this project has run comes from the committed records, in one place.
 
-Scope: ``site_scripts/gen_status.py`` (the table and the sentences on what ran on which device, commit and
-execution mode), the README blocks it writes, the pages that include its sentences where they speak of the
+Scope: ``site_scripts/records/gen_status.py`` (the table and the sentences on what ran on which device, commit
+and execution mode), the README blocks it writes, the pages that include its sentences where they speak of the
 project's own runs, and a list of hand-written phrasings of such claims that must not come back. Non-scope:
 what the records measured (their own generators and tests), and whether the snippets are current in general
 (``test_snippets_current.py``).
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts import gen_status
+from site_scripts.records import gen_status
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -53,12 +53,13 @@ def page_pair(name: str) -> list[tuple[Path, str]]:
 @pytest.mark.parametrize("path", list(gen_status.OUTPUTS), ids=str)
 def test_status_snippets_are_what_the_records_give(path: str) -> None:
     assert (ROOT / "snippets" / path).read_text(encoding="utf-8") == gen_status.OUTPUTS[path](), (
-        f"snippets/{path} is stale: run `python -m site_scripts.regenerate --only status`")
+        f"snippets/{path} is stale: run `python -m site_scripts.build.regenerate --only status`")
 
 
 def test_readme_status_blocks_hold_the_generated_sentence() -> None:
     stale = [lang for lang, current in gen_status.readme_blocks_current().items() if not current]
-    assert not stale, f"stale README block ({stale}): run `python -m site_scripts.gen_status --readmes`"
+    assert not stale, (f"stale README block ({stale}): "
+                       "run `python -m site_scripts.records.gen_status --readmes`")
 
 
 @pytest.mark.parametrize(("name", "snippet"), INCLUDED, ids=lambda v: str(v))

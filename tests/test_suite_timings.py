@@ -1,4 +1,4 @@
-"""The suite's measured time as the contributing page shows it (``site_scripts/gen_suite.py``).
+"""The suite's measured time as the contributing page shows it (``site_scripts/records/gen_suite.py``).
 
 Scope: the table rendered from a record of ``measure_suite``: a run over its bound, or one that failed, is
 shown as not within it, in both languages; a run within it is shown so. Non-scope: measuring (that runs the
@@ -7,7 +7,7 @@ whole suite) and the committed record's figures.
 
 from __future__ import annotations
 
-from site_scripts.gen_suite import QUICK_BOUND_S, SUITE_BOUND_S, timings_table, within
+from site_scripts.records.gen_suite import QUICK_BOUND_S, SUITE_BOUND_S, timings_table, within
 
 
 def record(test_s: float, quick_s: float, test_exit: int = 0) -> dict:

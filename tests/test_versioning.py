@@ -24,7 +24,7 @@ import yaml
 from session_builds import git, repository_of_working_tree
 
 from mini_deepinfer.tools.records import RunRecord, package_version
-from site_scripts import mkdocs_hooks
+from site_scripts.build import mkdocs_hooks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANGELOG = ROOT / "CHANGELOG.md"

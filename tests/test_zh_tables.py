@@ -1,10 +1,11 @@
 """The Chinese pages' benchmark tables are in Chinese, and they are the English snippets translated.
 
-Scope: ``site_scripts/zh_tables.py`` and the ``snippets/bench/**/*.zh.md`` it writes beside each English
-snippet: each is its English sibling translated as it stands now; a head cell or row label that no rule covers
-is refused; no head cell or row label of a Chinese table is left in English beyond the terms the Chinese pages
-use as they are; and the Chinese pages that show a benchmark table include the Chinese one. Non-scope: the
-numbers (the English snippets' generators and tests) and the quality of the translation (a reader's job).
+Scope: ``site_scripts/performance/zh_tables.py`` and the ``snippets/bench/**/*.zh.md`` it writes beside each
+English snippet: each is its English sibling translated as it stands now; a head cell or row label that no
+rule covers is refused; no head cell or row label of a Chinese table is left in English beyond the terms the
+Chinese pages use as they are; and the Chinese pages that show a benchmark table include the Chinese one.
+Non-scope: the numbers (the English snippets' generators and tests) and the quality of the translation (a
+reader's job).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from site_scripts.common import GeneratorError
-from site_scripts.zh_tables import translate
+from site_scripts.build.common import GeneratorError
+from site_scripts.performance.zh_tables import translate
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "snippets" / "bench"

@@ -1,7 +1,7 @@
 /*
  * Run buttons for the toy commands and core-only examples of the pages, in the reader's browser.
  *
- * Scope: site_scripts/inpage_hooks.py leaves a hidden <div class="inpage-run"> after each toy command
+ * Scope: site_scripts/inpage/inpage_hooks.py leaves a hidden <div class="inpage-run"> after each toy command
  * (data-inpage-kind="command", its flags in data-inpage-value) and each core-only example ("session" for a
  * pycon block, "script" for a python one, its code in data-inpage-value). This script turns each into a
  * small terminal: editable flags or code, Run and Stop, the output as it prints, and an editor for the
@@ -9,11 +9,11 @@
  * Python runs in a Web Worker (inpage-worker.js) that loads the self-hosted Pyodide on the first click, not
  * with the page; Stop ends the worker (so a `while True: pass` ends too) and the next run starts a new one.
  * A build without the runtime (data-inpage-runtime="no") gets a note saying how to run the command locally.
- * Non-scope: what a run prints (site_scripts/inpage_worker.py).
+ * Non-scope: what a run prints (site_scripts/inpage/inpage_worker.py).
  *
  * Each widget records data-inpage-state (idle, loading, running, done, stopped, failed) and, after a run,
  * data-inpage-first-ms and data-inpage-run-ms (click to first output line, click to the end), which the
- * browser tests and site_scripts/inpage_measure.py read.
+ * browser tests and site_scripts/inpage/inpage_measure.py read.
  */
 (function () {
   "use strict";

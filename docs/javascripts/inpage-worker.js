@@ -3,7 +3,7 @@
  *
  * Scope: load the self-hosted runtime (assets/inpage/pyodide/) and unzip the engine's files
  * (assets/inpage/engine.zip) into its file system, once per worker; then, per message, write the reader's
- * edits over the shipped files and run a toy command or an example through site_scripts/inpage_worker.py,
+ * edits over the shipped files and run a toy command or an example through site_scripts/inpage/inpage_worker.py,
  * posting each printed line as it comes. Non-scope: stopping (the page terminates this worker and starts a
  * new one) and anything shown on the page (inpage-run.js).
  *
@@ -34,7 +34,7 @@ async function load(base, id) {
   );
   pyodide.setStdout({ batched: (text) => post({ type: "line", id: current, stream: "stdout", text }) });
   pyodide.setStderr({ batched: (text) => post({ type: "line", id: current, stream: "stderr", text }) });
-  const py = pyodide.pyimport("site_scripts.inpage_worker");
+  const py = pyodide.pyimport("site_scripts.inpage.inpage_worker");
   const files = JSON.parse(py.load_originals(ENGINE_ROOT));
   post({ type: "ready", id, files, loadMs: Math.round(performance.now() - started) });
   return { pyodide, py, files };

@@ -1,0 +1,68 @@
+"""How long the test suite takes, as the contributing page shows it, rendered from the committed record.
+
+Scope: ``snippets/suite/timings.json``, written by ``python -m site_scripts.records.measure_suite`` on a clean
+clone (``make setup`` with pip's cache, then ``make test`` and ``make test-quick``), as a table in each
+language: each command's wall time and pytest's closing line, and whether the suite kept to its bounds
+(``make test`` within ``SUITE_BOUND_S``, ``make test-quick`` within ``QUICK_BOUND_S``), then the machine and
+commit it was measured on.
+Non-scope: measuring (only the record's script does; its figures depend on the machine and its load).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from site_scripts.build.common import SNIPPETS, read_json
+
+RECORD = SNIPPETS / "suite" / "timings.json"
+SUITE_BOUND_S = 12 * 60  # the whole suite on two cores once set up
+QUICK_BOUND_S = 2 * 60  # the quick loop
+BOUNDS = {"make test": SUITE_BOUND_S, "make test-quick": QUICK_BOUND_S}
+WORDS = {
+    "en": {"head": "| Command | Wall time | Result | Bound | Within |", "yes": "yes", "no": "**no**",
+           "none": "-", "measured": "Measured on a clean clone of commit `{commit}`, {cpu}, {cores} cores, "
+           "load {before} before and {after} after, {date}, "
+           "by `python -m site_scripts.records.measure_suite`."},
+    "zh": {"head": "| 命令 | 墙钟时间 | 结果 | 上限 | 是否在上限内 |", "yes": "是", "no": "**否**",
+           "none": "-", "measured": "在提交 `{commit}` 的干净 clone 上测得：{cpu}，{cores} 个核，"
+           "负载运行前 {before}、运行后 {after}，{date}，"
+           "由 `python -m site_scripts.records.measure_suite` 测量。"},
+}
+
+NOT_MEASURED = {"en": "No measurement is committed yet "
+                      "(`python -m site_scripts.records.measure_suite` makes one).\n",
+                "zh": "还没有提交测量结果（`python -m site_scripts.records.measure_suite` 会测一次）。\n"}
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s ({seconds / 60:.1f} min)"
+
+
+def within(record: dict[str, Any]) -> dict[str, bool]:
+    """For each bounded command of the record: did it pass, inside its bound?"""
+    return {run["command"]: run["returncode"] == 0 and run["wall_s"] <= BOUNDS[run["command"]]
+            for run in record["runs"] if run["command"] in BOUNDS}
+
+
+def timings_table(record: dict[str, Any] | None = None, lang: str = "en") -> str:
+    if record is None and not RECORD.is_file():
+        return NOT_MEASURED[lang]
+    record = record if record is not None else read_json(RECORD)
+    words, kept = WORDS[lang], within(record)
+    rows = []
+    for run in record["runs"]:
+        result = run["summary"] or f"exit {run['returncode']}"
+        bound = BOUNDS.get(run["command"])
+        verdict = (words["yes"] if kept[run["command"]] else words["no"]) if bound else words["none"]
+        rows.append(f"| `{run['command']}` | {_duration(run['wall_s'])} | {result} | "
+                    f"{_duration(bound) if bound else words['none']} | {verdict} |\n")
+    note = words["measured"].format(commit=record["commit"][:7], cpu=record["cpu"], cores=record["cores"],
+                                    before=record["load_1m"]["before"], after=record["load_1m"]["after"],
+                                    date=record["date"])
+    return f"{words['head']}\n|---|---:|---|---:|---|\n" + "".join(rows) + f"\n{note}\n"
+
+
+OUTPUTS = {
+    "suite/timings.md": lambda: timings_table(lang="en"),
+    "suite/timings.zh.md": lambda: timings_table(lang="zh"),
+}
