@@ -28,7 +28,7 @@ INCLUDE = re.compile(r'^[ \t]*-{1,}8<-{1,}[ \t]+"(?P<path>[^"]+)"', re.M)
 MARKER = re.compile(r"<!--\s*((?:docs-test|pytest-codeblocks):[^>]*?)\s*-->")
 ADMONITION = re.compile(r"^[ \t]*(?:!!!|\?\?\?\+?)[ \t]+(?P<kind>[\w-]+)", re.M)  # a box: `!!! note "Title"`
 HEADING = re.compile(r"^(?P<level>#{1,6})[ \t]+.*?\{[^}]*#(?P<id>[\w-]+)[^}]*\}[ \t]*$", re.M)
-LESSON_IDS = ["run", "code", "what-to-notice", "deepinfer", "exercise", "next"]
+LESSON_IDS = ["run", "code", "what-to-notice", "deepinfer", "exercise", "build-it", "next"]
 
 
 def zh_pages() -> list[Path]:

@@ -32,9 +32,18 @@ from urllib.parse import urlsplit
 import pytest
 from session_builds import Hosted, configured_site_url
 
+from mini_deepinfer.workbook.lessons import EXERCISES
 from site_scripts.build import fetch_pyodide
 from site_scripts.inpage import inpage_bundle
-from site_scripts.inpage.inpage_measure import CHROMIUM, Watch, browser, build_site, run_widget, serve
+from site_scripts.inpage.inpage_measure import (
+    CHROMIUM,
+    Watch,
+    browser,
+    build_site,
+    check_exercise_widget,
+    run_widget,
+    serve,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Locator, Page
@@ -191,6 +200,34 @@ def test_every_command_a_page_runs_needs_only_the_shipped_files(tmp_path: Path) 
     assert all(r["table"] for r in report["results"][:4])
     assert proc.stderr.splitlines()[-1].startswith("error: without --toy this command loads torch")
     assert "Free slots: KV 36/36, state 3/3" in proc.stdout
+
+
+# Checks every in-page workbook exercise from the unzipped engine alone, as SHIPPED_RUNS runs the commands:
+# the starter fails (1), the engine's own function passes (0), both generated in the shipped files.
+SHIPPED_EXERCISES = SHIPPED_RUNS.split("runs = [")[0] + """
+import io, contextlib
+from mini_deepinfer.workbook.lessons import EXERCISES
+codes = {}
+for item in [i for i in EXERCISES if i.in_page]:
+    with contextlib.redirect_stdout(io.StringIO()):
+        starter = inpage_worker.exercise_text(item.lesson, "en", "starter")
+        solution = inpage_worker.exercise_text(item.lesson, "zh", "solution")
+        codes[item.lesson] = [json.loads(inpage_worker.check_exercise(item.lesson, text, lang))["code"]
+                              for text, lang in ((starter, "en"), (solution, "zh"))]
+print(json.dumps({"codes": codes, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_every_in_page_exercise_checks_with_only_the_shipped_files(tmp_path: Path) -> None:
+    inpage_bundle.write_zip(tmp_path / "engine.zip")
+    with zipfile.ZipFile(tmp_path / "engine.zip") as zipped:
+        zipped.extractall(tmp_path / "engine")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SHIPPED_EXERCISES, str(tmp_path / "engine")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    in_page = [str(item.lesson) for item in EXERCISES if item.in_page]
+    assert report == {"codes": dict.fromkeys(in_page, [1, 0]), "torch": False}
 
 
 def test_help_prints_the_usage_and_exits_0_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
@@ -459,3 +496,62 @@ def test_no_request_leaves_the_local_server(watch: Watch, context: BrowserContex
     assert context.pages is not None
     assert not watch.external
     assert not watch.errors
+
+
+# ---- the workbook's exercises in the page ----
+
+EXERCISE_PAGE = "en/lessons/03-batching/"
+
+
+def exercise_on(page: Page, url: str) -> Locator:
+    page.goto(url, wait_until="load")
+    return page.locator("div.inpage-exercise").first
+
+
+@in_browser
+def test_a_workbook_starter_fails_with_the_checks_message_and_the_solution_passes_in_the_page(
+    page: Page, base_url: str
+) -> None:
+    page.evaluate("localStorage.clear()")
+    widget = exercise_on(page, base_url + EXERCISE_PAGE)
+    first = check_exercise_widget(widget)  # the first check of a new tab loads the runtime
+    assert first["code"] == "1" and "schedule() is still the starter" in first["output"], first
+    assert 0 < first["since_open_ms"] < FIRST_OUTPUT_BOUND_MS, first
+    widget.locator(".inpage-exercise__solution").click()
+    solution = widget.locator(".inpage-exercise__answer code")
+    solution.wait_for(state="visible", timeout=60_000)
+    assert "def schedule(self) -> RoundPlan:" in solution.text_content()
+    widget.locator(".inpage-exercise__code").fill(solution.text_content())
+    passed = check_exercise_widget(widget)
+    assert passed["code"] == "0" and "every check holds" in passed["output"], passed
+
+
+@in_browser
+def test_a_workbook_edit_survives_a_reload_and_reset_asks_first(page: Page, base_url: str) -> None:
+    page.evaluate("localStorage.clear()")
+    widget = exercise_on(page, base_url + "en/lessons/15-prefix-cache/")
+    editor = widget.locator(".inpage-exercise__code")
+    starter = editor.input_value()
+    assert "raise NotImplementedError" in starter
+    mine = "return None  # mine\n    raise NotImplementedError"
+    editor.fill(starter.replace("raise NotImplementedError", mine, 1))
+    edited = editor.input_value()
+    page.reload(wait_until="load")
+    editor = page.locator("div.inpage-exercise .inpage-exercise__code").first
+    assert editor.input_value() == edited
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.locator("div.inpage-exercise .inpage-exercise__reset").first.click()
+    assert editor.input_value() == edited
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.locator("div.inpage-exercise .inpage-exercise__reset").first.click()
+    assert editor.input_value() == starter
+
+
+@in_browser
+def test_every_in_page_exercise_shows_its_starter_in_both_languages(page: Page, base_url: str) -> None:
+    for item in [i for i in EXERCISES if i.in_page]:
+        for lang in ("", "en/"):
+            widget = exercise_on(page, f"{base_url}{lang}{item.page}/")
+            assert widget.get_attribute("data-inpage-runtime") == "yes"
+            text = widget.locator(".inpage-exercise__code").input_value()
+            assert f"def {item.names[0]}(" in text and "raise NotImplementedError" in text

@@ -48,6 +48,16 @@
       rounds: "这次运行的逐轮表（由这次运行的 trace 事件生成）",
       inFlight: "这次运行每一步发出、读回的轮次，以及之后仍在途的轮次",
       inFlightHead: ["轮", "发出", "读回", "之后在途的轮次"],
+      check: "检查",
+      resetExercise: "重置",
+      showSolution: "看答案",
+      hideSolution: "收起答案",
+      confirmReset: "把你写的代码换回起步代码吗？你写的内容会丢失。",
+      checking: "正在检查……",
+      checked: "检查结束，退出码 {code}（0 为全部通过）；点击后 {total} 毫秒，打开页面后 {sinceOpen} 毫秒。",
+      kept: "你写的代码保存在这个浏览器里，刷新也不会丢。",
+      solutionNote: "引擎自己的函数（python -m mini_deepinfer.workbook solution {lesson} 打印的就是它）：",
+      noRuntimeExercise: "这个构建没有带页面内的 Python 运行时。在仓库根目录运行：",
       abcRounds: "这次运行的逐轮表（由这次运行的 trace 事件和每轮结束时的槽位池生成）",
       abcHead: ["轮", "算什么（请求 阶段 位置）", "token 数", "提交", "结束与归还", "之后的 KV 空闲, 未预留",
         "之后的状态槽位空闲", "还在排队"],
@@ -74,6 +84,16 @@
       rounds: "The rounds of this run (from this run's trace events)",
       inFlight: "Rounds launched and read at each step of this run, and the rounds still in flight after it",
       inFlightHead: ["Round", "Launched", "Read", "In flight after it"],
+      check: "Check",
+      resetExercise: "Reset",
+      showSolution: "Show solution",
+      hideSolution: "Hide solution",
+      confirmReset: "Put the starter back in place of your code? What you wrote will be lost.",
+      checking: "Checking…",
+      checked: "Check finished, exit code {code} (0: every check holds); {total} ms after the click, {sinceOpen} ms after the page opened.",
+      kept: "Your code is kept in this browser; a reload loses nothing.",
+      solutionNote: "The engine's own function (what python -m mini_deepinfer.workbook solution {lesson} prints):",
+      noRuntimeExercise: "This build has no in-page Python runtime. In a clone of the repository, run:",
       abcRounds: "The rounds of this run (from this run's trace events and the slot pools after each round)",
       abcHead: ["Round", "What runs (request, phase, positions)", "Tokens", "Committed", "Finished and freed",
         "KV free after, unreserved", "State slots free after", "Still waiting"],
@@ -343,11 +363,127 @@
     });
   }
 
+  /* ---- a workbook exercise: the reader's code, Check, Reset, Show solution ---- */
+  const WORKBOOK_KEY = "mini-deepinfer.workbook:";
+
+  function starterOf(box) {
+    /* the starter the page shows in its "lesson_NN.py" box, just before the exercise */
+    let node = box.previousElementSibling;
+    while (node && !node.matches("details")) node = node.previousElementSibling;
+    const code = node && node.querySelector("code");
+    return code ? code.textContent : "";
+  }
+
+  function kept(key) {
+    try {
+      return window.localStorage.getItem(key);
+    } catch (error) {
+      return null;
+    }
+  }
+
+  function keep(key, text) {
+    try {
+      if (text === null) window.localStorage.removeItem(key);
+      else window.localStorage.setItem(key, text);
+    } catch (error) {
+      /* storage off: the code still holds for this page */
+    }
+  }
+
+  function buildExercise(box) {
+    const lesson = box.dataset.inpageLesson;
+    const name = "lesson_" + lesson.padStart(2, "0") + ".py";
+    if (box.dataset.inpageRuntime !== "yes") {
+      const lines = ["start", "check"].map((verb) => `python -m mini_deepinfer.workbook ${verb} ${lesson}`);
+      box.append(element("p", { text: t("noRuntimeExercise") }),
+        element("pre", { class: "inpage-run__local" }, [element("code", { text: lines.join("\n") })]));
+      box.hidden = false;
+      return;
+    }
+    const key = WORKBOOK_KEY + name;
+    const starter = starterOf(box);
+    const parts = {
+      code: element("textarea", { class: "inpage-exercise__code", spellcheck: "false", rows: "24", "aria-label": name }),
+      check: element("button", { type: "button", class: "md-button md-button--primary inpage-exercise__check" }, [t("check")]),
+      reset: element("button", { type: "button", class: "md-button inpage-exercise__reset" }, [t("resetExercise")]),
+      solution: element("button", { type: "button", class: "md-button inpage-exercise__solution" }, [t("showSolution")]),
+      status: element("p", { class: "inpage-run__status", role: "status", text: t("kept") }),
+      output: element("pre", { class: "inpage-run__output", hidden: "" }),
+      answer: element("div", { class: "inpage-exercise__answer", hidden: "" }),
+    };
+    parts.code.value = kept(key) ?? starter;
+    const bar = element("div", { class: "inpage-run__bar" }, [parts.check, parts.reset, parts.solution]);
+    box.append(element("p", { class: "inpage-exercise__name" }, [element("code", { text: name })]), parts.code, bar,
+      parts.status, parts.output, parts.answer);
+    box.hidden = false;
+    box.dataset.inpageState = "idle";
+    wireExercise(box, parts, { lesson, key, starter });
+  }
+
+  function wireExercise(box, parts, { lesson, key, starter }) {
+    parts.code.addEventListener("input", () => keep(key, parts.code.value === starter ? null : parts.code.value));
+    parts.reset.addEventListener("click", () => {
+      if (!window.confirm(t("confirmReset"))) return;
+      parts.code.value = starter;
+      keep(key, null);
+    });
+    parts.check.addEventListener("click", async () => {
+      const clicked = performance.now();
+      let first = null;
+      parts.output.textContent = "";
+      parts.output.hidden = false;
+      parts.check.disabled = true;
+      box.dataset.inpageState = "running";
+      parts.status.textContent = t(session.worker ? "checking" : "loading");
+      const onLine = (reply) => {
+        if (first === null) first = performance.now() - clicked;
+        printLine(parts, reply);
+      };
+      try {
+        const reply = await send({ type: "check", lesson: Number(lesson), lang, source: parts.code.value }, onLine);
+        const done = performance.now();
+        box.dataset.inpageFirstMs = String(Math.round(first ?? done - clicked));
+        box.dataset.inpageRunMs = String(Math.round(done - clicked));
+        box.dataset.inpageSinceOpenMs = String(Math.round(done)); /* performance.now() counts from the page's opening */
+        box.dataset.inpageCode = String(reply.code);
+        box.dataset.inpageState = "done";
+        parts.status.textContent = t("checked", { code: reply.code, total: Math.round(done - clicked), sinceOpen: Math.round(done) });
+      } catch (error) {
+        box.dataset.inpageState = "failed";
+        parts.status.textContent = t("failed", { message: error.message });
+      } finally {
+        parts.check.disabled = false;
+      }
+    });
+    parts.solution.addEventListener("click", async () => {
+      if (!parts.answer.hidden) {
+        parts.answer.hidden = true;
+        parts.solution.textContent = t("showSolution");
+        return;
+      }
+      try {
+        if (!parts.answer.childElementCount) {
+          const reply = await send({ type: "exercise", lesson: Number(lesson), lang, which: "solution" });
+          parts.answer.append(element("p", { text: t("solutionNote", { lesson }) }),
+            element("pre", { class: "inpage-exercise__solution-code" }, [element("code", { text: reply.text })]));
+        }
+        parts.answer.hidden = false;
+        parts.solution.textContent = t("hideSolution");
+      } catch (error) {
+        parts.status.textContent = t("failed", { message: error.message });
+      }
+    });
+  }
+
   function start() {
     document.querySelectorAll("div.inpage-run").forEach((box) => {
       if (box.dataset.inpageState) return;
       if (box.dataset.inpageRuntime === "yes") build(box);
       else noRuntime(box);
+    });
+    document.querySelectorAll("div.inpage-exercise").forEach((box) => {
+      if (!box.dataset.inpageState) buildExercise(box);
     });
   }
 

@@ -8,7 +8,9 @@
  * new one) and anything shown on the page (inpage-run.js).
  *
  * Messages in:  {type: "read", id, base, path} | {type: "run", id, base, kind, value, table, edits}
- * Messages out: {type: "ready", id, files, loadMs} | {type: "file", id, path, text}
+ *               | {type: "exercise", id, base, lesson, lang, which} (a workbook starter or solution)
+ *               | {type: "check", id, base, lesson, lang, source} (a workbook check of the reader's code)
+ * Messages out: {type: "ready", id, files, loadMs} | {type: "file", id, path, text} (also for "exercise")
  *               | {type: "line", id, stream, text} | {type: "done", id, code, table, edited}
  *               | {type: "failed", id, message}
  */
@@ -62,6 +64,13 @@ self.onmessage = async (event) => {
       post({ type: "file", id: message.id, path: message.path, text: py.original(message.path) });
     } else if (message.type === "run") {
       await run(message, py);
+    } else if (message.type === "exercise") {
+      post({ type: "file", id: message.id, text: py.exercise_text(message.lesson, message.lang, message.which) });
+    } else if (message.type === "check") {
+      current = message.id;
+      py.apply_edits("{}"); // the engine's own files: a check changes only the reader's function
+      const { code } = JSON.parse(py.check_exercise(message.lesson, message.source, message.lang));
+      post({ type: "done", id: message.id, code, table: null, edited: [] });
     }
   } catch (error) {
     post({ type: "failed", id: message.id, message: String(error && error.message ? error.message : error) });

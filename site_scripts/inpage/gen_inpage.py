@@ -28,6 +28,8 @@ ROWS = {
         "first_end": "First run in a new tab: click to the last line",
         "repeat_line": "Repeat run: click to first output line",
         "repeat_end": "Repeat run: click to the last line",
+        "exercise": "Workbook exercise ({page}), new tab: page opened to the first check's result "
+                    "(loads the runtime; the starter, exit code {code})",
         "measured": "Measured with",
         "measured_value": "{runtime}, {browser} (headless), {server}, {cpus} CPUs ({system}), "
                           "commit {commit}; by `python -m site_scripts.inpage.inpage_measure`",
@@ -41,6 +43,8 @@ ROWS = {
         "first_end": "新标签页里第一次运行：点击到最后一行",
         "repeat_line": "再运行一次：点击到第一行输出",
         "repeat_end": "再运行一次：点击到最后一行",
+        "exercise": "练习册练习（{page}），新标签页：打开页面到第一次检查出结果（要加载运行时；起步代码，"
+                    "退出码 {code}）",
         "measured": "测量环境",
         "measured_value": "{runtime}，{browser}（无头），{server}，{cpus} 个 CPU（{system}），提交 {commit}；"
                           "由 `python -m site_scripts.inpage.inpage_measure` 测得",
@@ -73,6 +77,8 @@ def timings_table(record: dict[str, Any] | None = None, lang: str = "en") -> str
         (words["first_end"], _milliseconds(first["click_to_end_ms"])),
         (words["repeat_line"], _milliseconds(repeat["click_to_first_line_ms"])),
         (words["repeat_end"], _milliseconds(repeat["click_to_end_ms"])),
+        *([(words["exercise"].format(page=exercise["page"], code=exercise["exit_code"]),
+            _milliseconds(exercise["open_to_result_ms"]))] if (exercise := record.get("exercise")) else []),
         (words["measured"], words["measured_value"].format(runtime=record["runtime"], commit=record["commit"],
                                                            **machine)),
     ]

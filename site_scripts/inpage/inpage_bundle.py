@@ -2,15 +2,15 @@
 
 Scope: which files a page's worker needs (:func:`bundle_files`: the modules a run imports by name, namely the
 commands ``python -m mini_deepinfer`` and ``python -m mini_deepinfer.pipeline_demo --toy``, the generators
-that write the pages' round tables and the worker's own Python side, and every module of this repository that
-importing them loads, found by reading the ``import`` statements that run at import time), and the zip of
-exactly those files, byte for byte (:func:`write_zip`). An import inside a function runs only when the
-function is called: ``pipeline_demo`` imports torch and the model that way, on the path ``--toy`` never
-takes, so they are not shipped (``tests/test_inpage_run.py`` runs each shipped command with everything else
-unimportable). Nothing is copied into the repository, so the shipped engine cannot drift from the package.
-Non-scope: the Pyodide runtime (``site_scripts/build/fetch_pyodide.py``) and putting files into the built
-site (``site_scripts/inpage/inpage_hooks.py``).
-"""
+that write the pages' round tables, the worker's own Python side and the workbook's in-page exercises, and
+every module of this repository that importing them loads, found by reading the ``import`` statements that run
+at import time), and the zip of exactly those files, byte for byte (:func:`write_zip`). An import inside a
+function runs only when the function is called: ``pipeline_demo`` imports torch and the model that way, on the
+path ``--toy`` never takes, so they are not shipped (``tests/test_inpage_run.py`` runs each shipped command
+with everything else unimportable). Nothing is copied into the repository, so the shipped engine cannot drift
+from the package.
+Non-scope: the Pyodide runtime (``site_scripts/build/fetch_pyodide.py``) and putting files into the built site
+(``site_scripts/inpage/inpage_hooks.py``)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ ENTRY_POINTS = (
     "site_scripts/inpage/inpage_worker.py",
 )
 LOCAL_PACKAGES = ("mini_deepinfer", "site_scripts")
+
+
+def workbook_entry_points() -> tuple[str, ...]:
+    """The workbook's modules that the in-page exercises load by name: the check, the starter, and the
+    check of each lesson whose exercise runs in the page (``checking.py`` imports it when it runs)."""
+    from mini_deepinfer.workbook.lessons import EXERCISES
+
+    checks = [f"mini_deepinfer/workbook/checks/{item.checks}.py" for item in EXERCISES if item.in_page]
+    return ("mini_deepinfer/workbook/checking.py", "mini_deepinfer/workbook/starter.py", *checks)
 ZIP_DATE = (2020, 1, 1, 0, 0, 0)  # a fixed date: the same files always give the same zip
 
 
@@ -102,7 +111,7 @@ def _with_parent_packages(path: Path, root: Path) -> set[Path]:
 
 def bundle_files(root: Path = ROOT) -> list[Path]:
     """Every file the in-page runs need, sorted: the entry points and everything they import, transitively."""
-    todo = [root / entry for entry in ENTRY_POINTS]
+    todo = [root / entry for entry in (*ENTRY_POINTS, *workbook_entry_points())]
     seen: set[Path] = set()
     while todo:
         path = todo.pop()

@@ -11,7 +11,8 @@ Scope (mkdocs.yml lists this file under ``hooks:``):
    from a demo's trace (``snippets/toy/demo-rounds.md``, ``snippets/abc/rounds.md``) is wrapped in a marked
    ``<div>`` so that the script can draw the same table for the reader's own run; the A/B/C demo gets its
    round table on every page (lessons 3 and 4 show it as a picture), and a command with ``--pipeline`` gets
-   the table of rounds in flight.
+   the table of rounds in flight. Each workbook exercise (a ``<div class="inpage-exercise">`` that a lesson's
+   "Build it" section includes) is told whether the build ships the runtime.
 2. Shipping. After the build, the pinned Pyodide runtime (``site_scripts/build/pyodide.json``, fetched once
    by the set-up with ``site_scripts/build/fetch_pyodide.py``) is copied to ``assets/inpage/pyodide/`` and the
    engine's files are zipped to ``assets/inpage/engine.zip`` (``site_scripts/inpage/inpage_bundle.py``).
@@ -174,9 +175,18 @@ def with_run_markers(page_html: str, files: str) -> str:
     return "".join([*pieces, page_html[position:]])
 
 
+def with_exercise_runtime(page_html: str, files: str) -> str:
+    """Tell each workbook exercise of the page (``snippets/workbook/lesson_NN.*.md``) whether this build ships
+    the runtime, as each Run marker is told."""
+    runtime = "yes" if files else "no"
+    return page_html.replace('<div class="inpage-exercise" ',
+                             f'<div class="inpage-exercise" data-inpage-runtime="{runtime}" ')
+
+
 def on_page_content(page_html: str, *, page: Page, config: MkDocsConfig, **kwargs: Any) -> str:
-    """Put a Run marker after each toy command and core-only example of the page."""
-    return with_run_markers(page_html, str(config.extra.get("inpage_files") or ""))
+    """Put a Run marker after each toy command and core-only example of the page; mark its exercises."""
+    files = str(config.extra.get("inpage_files") or "")
+    return with_exercise_runtime(with_run_markers(page_html, files), files)
 
 
 def _copy_if_changed(source: Path, dest: Path) -> None:

@@ -1,8 +1,9 @@
 """Measure the in-page runs in headless Chromium: site size added, click to first output line, repeat run.
 
-Scope: build the site (``mkdocs build --strict``, with or without the runtime), serve it from 127.0.0.1 with
-a small static server, drive the system Chromium through Playwright (every request to another host is
-blocked and recorded), click the quick start's Run button twice, and write what was measured to
+Scope: build the site (``mkdocs build --strict``, with or without the runtime), serve it from 127.0.0.1 with a
+small static server, drive the system Chromium through Playwright (every request to another host is blocked
+and recorded), click the quick start's Run button twice, open lesson 3 in a new tab and click its workbook
+exercise's Check at once (the starter: page opened to the check's result), and write what was measured to
 ``snippets/inpage/timings.json``; ``site_scripts/inpage/gen_inpage.py`` renders the table the contributing
 page shows from that file. ``tests/test_inpage_run.py`` uses the same helpers (:func:`build_site`,
 :func:`serve`, :func:`browser`, :func:`run_widget`) for its checks.
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 RECORD = ROOT / "snippets" / "inpage" / "timings.json"
+EXERCISE_PAGE = "en/lessons/03-batching/"  # the workbook exercise measured: opened, then checked at once
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -149,6 +151,24 @@ def run_widget(widget: Locator, timeout_ms: int = RUN_TIMEOUT_MS) -> dict[str, A
     }
 
 
+def check_exercise_widget(widget: Locator, timeout_ms: int = RUN_TIMEOUT_MS) -> dict[str, Any]:
+    """Click a workbook exercise's Check button and wait for the check to end; return its output, exit code
+    and timings (``since_open_ms``: from the page's opening to the check's result)."""
+    widget.evaluate("box => { delete box.dataset.inpageRunMs; }")
+    widget.locator(".inpage-exercise__check").click()
+    widget.page.wait_for_function(
+        "box => ['done', 'failed'].includes(box.dataset.inpageState) && box.dataset.inpageRunMs",
+        arg=widget.element_handle(), timeout=timeout_ms,
+    )
+    return {
+        "state": widget.get_attribute("data-inpage-state"),
+        "output": widget.locator(".inpage-run__output").text_content() or "",
+        "run_ms": int(widget.get_attribute("data-inpage-run-ms") or -1),
+        "since_open_ms": int(widget.get_attribute("data-inpage-since-open-ms") or -1),
+        "code": widget.get_attribute("data-inpage-code"),
+    }
+
+
 def open_page(context: BrowserContext, url: str) -> Page:
     """A new tab on ``url``, loaded."""
     page = context.new_page()
@@ -188,11 +208,17 @@ def measure(site: Path, base_url: str, context: BrowserContext) -> dict[str, Any
     repeat = run_widget(widget)
     page.close()
     assert first["state"] == repeat["state"] == "done", (first, repeat)
+    page = open_page(context, base_url + EXERCISE_PAGE)  # a new tab: Check loads the runtime, as a reader's
+    checked = check_exercise_widget(page.locator("div.inpage-exercise").first)
+    page.close()
+    assert checked["state"] == "done", checked
     return {
         "site_bytes_added": shipped_bytes(site),
         "command": command,
         "first_run": {"click_to_first_line_ms": first["first_ms"], "click_to_end_ms": first["run_ms"]},
         "repeat_run": {"click_to_first_line_ms": repeat["first_ms"], "click_to_end_ms": repeat["run_ms"]},
+        "exercise": {"page": EXERCISE_PAGE, "open_to_result_ms": checked["since_open_ms"],
+                     "click_to_result_ms": checked["run_ms"], "exit_code": int(checked["code"])},
     }
 
 

@@ -10,7 +10,12 @@ rounds in flight of lesson 10), rebuilt for this run by the same code that write
 streams to the page line by line.
 
 This module runs under CPython as well (the tests call it directly); it imports the engine only when a run
-starts. Non-scope: loading Pyodide, stopping a run (the page ends the worker), anything that needs torch.
+starts. The workbook's exercises of the lessons without torch run here too: :func:`exercise_text` gives a
+lesson's starter or solution (generated from the shipped engine files, as ``python -m
+mini_deepinfer.workbook`` does) and :func:`check_exercise` runs the lesson's check on the reader's code,
+printing what ``check N`` prints.
+
+Non-scope: loading Pyodide, stopping a run (the page ends the worker), anything that needs torch.
 """
 
 from __future__ import annotations
@@ -264,3 +269,27 @@ def run_script(source: str) -> str:
         _print_traceback(error)
         return json.dumps({"code": 1, "table": None})
     return json.dumps({"code": 0, "table": None})
+
+
+def exercise_text(lesson: int, lang: str, which: str) -> str:
+    """The starter (``which="starter"``) or the solution of a lesson's workbook exercise, in ``lang``."""
+    from mini_deepinfer.workbook.lessons import exercise
+    from mini_deepinfer.workbook.starter import solution_text, starter_text
+
+    item = exercise(int(lesson))
+    return starter_text(item, lang) if which == "starter" else solution_text(item, lang)
+
+
+def check_exercise(lesson: int, source: str, lang: str) -> str:
+    """Run lesson ``lesson``'s workbook check on the reader's code, printing its lines as ``check N`` does.
+
+    Returns JSON ``{"code": 0 every check holds, 1 one broke, 2 the code cannot be checked, "table": null}``.
+    """
+    from mini_deepinfer.workbook.checking import check_source
+    from mini_deepinfer.workbook.lessons import exercise
+
+    item = exercise(int(lesson))
+    outcome = check_source(item, source, item.file_name, lang)
+    for line in outcome.lines:
+        print(line, file=sys.stderr if outcome.code == 2 else sys.stdout)
+    return json.dumps({"code": outcome.code, "table": None})
