@@ -5,10 +5,10 @@ Qwen3.5 with a tied head, as ``site_scripts/lessons/gen_runner.py`` runs it, her
 cross-round execution (tokens still in flight), a crowd of six requests that reuse state slots, prompts that
 share a prefix through the prefix cache (restores and saves), speculative verification (snapshot rows) and a
 padded decode round as a captured graph lays it out. Every staged tensor and layout field of every round is
-compared with the engine's, then the tokens, then the lesson's invariants on the learner's runs: positions
-and slot mapping follow the plan, fresh slots are those of requests at position 0, logits rows are the last
-row of each sampling request, and each request gets the tokens it gets alone. Non-scope: the schedule
-(lessons 3 and 4), the model's maths (lessons 6 and 7), sampling (lesson 8).
+compared with the engine's, then the lesson's invariants on the learner's runs: positions and slot mapping
+follow the plan, fresh slots are those of requests at position 0, logits rows are the last row of each
+sampling request, each request gets the tokens it gets alone; last, the tokens equal the engine's.
+Non-scope: the schedule (lessons 3 and 4), the model's maths (lessons 6 and 7), sampling (lesson 8).
 """
 
 from __future__ import annotations

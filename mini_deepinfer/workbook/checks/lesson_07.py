@@ -89,6 +89,10 @@ def conv_calls() -> list[dict[str, object]]:
     return found
 
 
+LOGITS_OF = Words("{scene}, request {request}, the logits of token {index}",
+                  "{scene}，请求 {request} 第 {index} 个 token 的 logits")
+
+
 def same_as_engine(trial) -> Words | None:
     for scene in ENGINE_SCENES:
         want, got = trial.engine(scene), trial.learner(scene)
@@ -97,7 +101,7 @@ def same_as_engine(trial) -> Words | None:
             return differs
         for rid, rows in want.logits.items():
             for index, (a, b) in enumerate(zip(rows, got.logits.get(rid, []))):
-                what = f"{scene.__name__}, {rid}, logits of token {index}"
+                what = LOGITS_OF.format(scene=scene.__name__, request=rid, index=index)
                 differs = tensor_difference(what, THE_ENGINE, a, b)
                 if differs is not None:
                     return differs
@@ -110,16 +114,14 @@ PARTS = {"y": Words("the outputs", "输出"), "window_out": Words("the new windo
          "window_with_out": Words("the new window (with out=)", "新窗口（给了 out= 时）")}
 
 
-def _call_words(case: dict, part: str) -> tuple[str, str]:
+def _call_words(case: dict, part: str) -> Words:
     batch, length = case["case"]
-    return (CALL.en.format(batch=batch, length=length, part=PARTS[part].en),
-            CALL.zh.format(batch=batch, length=length, part=PARTS[part].zh))
+    return Words(CALL.en.format(batch=batch, length=length, part=PARTS[part].en),
+                 CALL.zh.format(batch=batch, length=length, part=PARTS[part].zh))
 
 
 def _differs(case: dict, part: str, reference: Words, want: torch.Tensor, got: object) -> Words | None:
-    en, zh = _call_words(case, part)
-    broken = tensor_difference(en, reference, want, got, 1e-6)
-    return None if broken is None else Words(broken.en, tensor_difference(zh, reference, want, got, 1e-6).zh)
+    return tensor_difference(_call_words(case, part), reference, want, got, 1e-6)
 
 
 def calls_equal_engine(trial) -> Words | None:
@@ -160,14 +162,15 @@ WHOLE = Words("the whole prompt in one chunk (the engine's)", "整段 prompt 一
 
 def chunked_equals_whole(trial) -> Words | None:
     chunked, single = trial.learner(chunks_of_7), trial.engine(whole)
-    broken = tensor_difference("logits after the prompt in chunks of 7", WHOLE, single.logits["P"][0],
-                               chunked.logits["P"][0], 1e-4)
+    what = Words("the logits after the prompt in chunks of 7", "每块 7 个算完 prompt 后的 logits")
+    broken = tensor_difference(what, WHOLE, single.logits["P"][0], chunked.logits["P"][0], 1e-4)
     if broken is not None:
         return broken
     mine, theirs = chunked.engine.runner.cache.conv_state, single.engine.runner.cache.conv_state
     for layer, window in theirs.items():
-        broken = tensor_difference(f"the window layer {layer} keeps after the prompt", WHOLE, window[0],
-                                   mine[layer][0], 1e-4)
+        what = Words(f"the window layer {layer} keeps after the prompt",
+                     f"第 {layer} 层在 prompt 之后留下的窗口")
+        broken = tensor_difference(what, WHOLE, window[0], mine[layer][0], 1e-4)
         if broken is not None:
             return broken
     return None

@@ -25,6 +25,7 @@ from .torch_scenes import (
     THE_ENGINE,
     Ask,
     Served,
+    fill,
     first_token_difference,
     one_thread,
     serve,
@@ -61,14 +62,17 @@ def row_with_ties() -> torch.Tensor:
     return row
 
 
-def rows() -> list[tuple[str, torch.Tensor, SamplingParams]]:
+def rows() -> list[tuple[Words, torch.Tensor, SamplingParams]]:
     """(name, logits, parameters) of every filtered row the check looks at."""
-    found = [(f"the demo's logits, {name}", DEMO_LOGITS, params) for name, params in DEMO_SETTINGS.items()]
-    found += [(f"a 40-token row with ties, {name}", row_with_ties(), params)
-              for name, params in ROW_SETTINGS.items()]
-    found.append(("the 40-token row in bfloat16, top_k 5", row_with_ties().bfloat16(),
+    found = [(Words(f"the demo's logits, {name}", f"演示的 logits，{name}"), DEMO_LOGITS, params)
+             for name, params in DEMO_SETTINGS.items()]
+    found += [(Words(f"a 40-token row with ties, {name}", f"含并列值的 40 个 token 的一行，{name}"),
+               row_with_ties(), params) for name, params in ROW_SETTINGS.items()]
+    found.append((Words("the 40-token row in bfloat16, top_k 5", "bfloat16 的那 40 个 token 的一行，top_k 5"),
+                  row_with_ties().bfloat16(),
                   P(temperature=0.9, top_k=5)))
-    found.append(("logits near 3e34 at temperature 1e-5", HUGE, P(temperature=1e-5)))
+    found.append((Words("logits near 3e34 at temperature 1e-5", "约 3e34 的 logits，温度 1e-5"), HUGE,
+                  P(temperature=1e-5)))
     return found
 
 
@@ -116,6 +120,7 @@ def same_as_engine(trial) -> Words | None:
     return None
 
 
+DISTRIBUTION = Words("{row}, the distribution", "{row}，分布")
 IDS_DIFFER = Words("{row}: you keep the tokens {actual}, the engine {expected}",
                    "{row}：你保留的 token 是 {actual}，引擎保留的是 {expected}")
 
@@ -127,8 +132,8 @@ def distributions_equal_engine(trial) -> Words | None:
         kept = sorted(got_ids[got_probs > 0].tolist())
         expected = sorted(want_ids[want_probs > 0].tolist())
         if kept != expected:
-            return IDS_DIFFER.format(row=name, actual=kept, expected=expected)
-        differs = tensor_difference(f"{name}, the distribution", THE_ENGINE, want_vocab, got_vocab, 1e-6)
+            return fill(IDS_DIFFER, row=name, actual=kept, expected=expected)
+        differs = tensor_difference(fill(DISTRIBUTION, row=name), THE_ENGINE, want_vocab, got_vocab, 1e-6)
         if differs is not None:
             return differs
     return None
@@ -156,7 +161,7 @@ THE_TEXTBOOK = Words("the lesson's filter: softmax(logits / T), the top-k, then 
 def distributions_are_the_filter(trial) -> Words | None:
     for (name, row, params), (_, _, got) in zip(rows()[:-1], trial.learner(filtered)):
         want = textbook(row, params)
-        differs = tensor_difference(f"{name}, the distribution", THE_TEXTBOOK, want, got, 1e-6)
+        differs = tensor_difference(fill(DISTRIBUTION, row=name), THE_TEXTBOOK, want, got, 1e-6)
         if differs is not None:
             return differs
     return None
@@ -170,7 +175,7 @@ def kept_sum_to_one(trial) -> Words | None:
     for (name, _, _), (probs, _, _) in zip(rows()[:-1], trial.learner(filtered)):  # the huge row: next step
         total = float(probs.double().sum())
         if not abs(total - 1.0) <= 1e-5:
-            return NOT_ONE.format(row=name, total=total)
+            return fill(NOT_ONE, row=name, total=total)
     return None
 
 

@@ -33,6 +33,7 @@ from mini_deepinfer.tools.checkpoints import preset, write_json, write_weights
 
 from ..exercise import Check
 from ..words import Words
+from .torch_scenes import fill
 
 QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 96, "hidden_size": 32,
          "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -158,21 +159,29 @@ def names_follow_the_rule(trial) -> Words | None:
 
 
 LOAD_DIFFERS = Words("{checkpoint} ({dtype}): {what}", "{checkpoint}（{dtype}）：{what}")
+A_MODEL = Words("a model", "一个模型")
+OUTCOME_DIFFERS = Words("yours gives {got}; the engine's gives {want}",
+                        "你的结果是 {got}；引擎的结果是 {want}")
+PARAMETER_DIFFERS = Words("parameter {key} differs from the engine's load", "参数 {key} 与引擎加载的不同")
+OTHER_PARAMETERS = Words("the model has other parameters than the engine's load",
+                         "模型的参数与引擎加载的不是同一组")
+FIELD_DIFFERS = Words("{key} is {got}, the engine's load says {want}", "{key} 是 {got}，引擎加载的是 {want}")
 
 
-def _first_difference(want: dict, got: dict) -> str | None:
+def _first_difference(want: dict, got: dict) -> Words | None:
     if "error" in want or "error" in got:
-        return None if want.get("error") == got.get("error") else (
-            f"yours gives {got.get('error', 'a model')}; the engine's {want.get('error', 'a model')}")
+        if want.get("error") == got.get("error"):
+            return None
+        return fill(OUTCOME_DIFFERS, got=got.get("error", A_MODEL), want=want.get("error", A_MODEL))
     for key, tensor in want["state"].items():
         mine = got["state"].get(key)
         if mine is None or mine.dtype != tensor.dtype or not torch.equal(mine, tensor):
-            return f"parameter {key} differs from the engine's load"
+            return PARAMETER_DIFFERS.format(key=key)
     if set(got["state"]) != set(want["state"]):
-        return "the model has other parameters than the engine's load"
+        return OTHER_PARAMETERS
     for key in ("dtype", "num_parameters", "config", "weights"):
         if got[key] != want[key]:
-            return f"{key} is {got[key]}, the engine's load says {want[key]}"
+            return FIELD_DIFFERS.format(key=key, got=got[key], want=want[key])
     return None
 
 
@@ -182,7 +191,7 @@ def _loads_equal(cases: tuple[tuple[str, torch.dtype], ...]) -> Callable:
             what = _first_difference(trial.engine(load, name, dtype), trial.learner(load, name, dtype))
             if what is not None:
                 dtype_name = str(dtype).removeprefix("torch.")
-                return LOAD_DIFFERS.format(checkpoint=name, dtype=dtype_name, what=what)
+                return fill(LOAD_DIFFERS, checkpoint=name, dtype=dtype_name, what=what)
         return None
     return check
 

@@ -184,20 +184,26 @@ SHAPE_DIFFERS = Words("{what}: yours has shape {actual}, {reference} has {expect
                       "{what}：你的结果形状是 {actual}，{reference}是 {expected}")
 
 
-def tensor_difference(what: str, reference: Words, want: torch.Tensor, got: object,
+def tensor_difference(what: str | Words, reference: Words, want: torch.Tensor, got: object,
                       atol: float = 1e-5) -> Words | None:
     """None if ``got`` is a tensor of ``want``'s shape within ``atol`` of it (NaN never is)."""
+    what = what if isinstance(what, Words) else Words(what, what)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
         shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-        return Words(SHAPE_DIFFERS.en.format(what=what, actual=shape, reference=reference.en,
-                                             expected=tuple(want.shape)),
-                     SHAPE_DIFFERS.zh.format(what=what, actual=shape, reference=reference.zh,
-                                             expected=tuple(want.shape)))
+        return Words(*(SHAPE_DIFFERS(lang).format(what=what(lang), actual=shape, reference=reference(lang),
+                                                  expected=tuple(want.shape)) for lang in ("en", "zh")))
     diff = (want.double() - got.double()).abs().max().item() if want.numel() else 0.0
     if diff <= atol:
         return None
-    return Words(TENSOR_DIFFERS.en.format(what=what, reference=reference.en, diff=diff, atol=atol),
-                 TENSOR_DIFFERS.zh.format(what=what, reference=reference.zh, diff=diff, atol=atol))
+    return Words(*(TENSOR_DIFFERS(lang).format(what=what(lang), reference=reference(lang), diff=diff,
+                                               atol=atol) for lang in ("en", "zh")))
+
+
+def fill(template: Words, **values: object) -> Words:
+    """``template`` with ``values`` filled in each language (a ``Words`` value gives its own language)."""
+    def one(lang: str) -> str:
+        return template(lang).format(**{k: v(lang) if isinstance(v, Words) else v for k, v in values.items()})
+    return Words(one("en"), one("zh"))
 
 
 THE_ENGINE = Words("the engine's", "引擎的结果")
