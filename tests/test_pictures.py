@@ -21,7 +21,13 @@ from mini_deepinfer.core.trace import TraceEvent
 from site_scripts.build.common import ROOT, read_json
 from site_scripts.build.regenerate import collect_outputs
 from site_scripts.notes import gen_timeline
-from site_scripts.pictures import gen_pictures, picture_labels, pictures
+from site_scripts.pictures import (
+    abc_picture,
+    gen_pictures,
+    lanes_picture,
+    picture_labels,
+    speculative_picture,
+)
 from site_scripts.trained import gen_trained_pictures
 
 PICTURES_DIR = ROOT / "docs" / "assets" / "pictures"
@@ -195,7 +201,7 @@ def rejected_round_trace() -> list[TraceEvent]:
 
 
 def test_a_rejected_round_reads_computed_6_keep_4_top_up_to_5() -> None:
-    first, last = pictures.speculative_rounds_of(rejected_round_trace())
+    first, last = speculative_picture.speculative_rounds_of(rejected_round_trace())
     assert (first.start, first.input_token, first.drafts, first.accepted, first.committed) == (
         3, 25, [99, 65, 167], 0, [144])
     assert (first.target_before, first.target_after) == (7, 4)
@@ -206,7 +212,7 @@ def test_a_rejected_round_reads_computed_6_keep_4_top_up_to_5() -> None:
 @pytest.mark.parametrize("lang", ["zh", "en"])
 def test_the_speculative_picture_writes_the_cache_lengths_of_its_trace(lang: str) -> None:
     words = picture_labels.SPECULATIVE[lang]
-    texts = svg_texts(pictures.speculative_rounds(rejected_round_trace(), words))
+    texts = svg_texts(speculative_picture.speculative_rounds(rejected_round_trace(), words))
     assert words["draft_lengths"].format(computed=6, kept=4, topup=5) in texts
     assert words["target_lengths"].format(before=7, after=4) in texts
     assert words["round_title"].format(round=2, k=3, accepted=0, last=words["correction"], token=144) in texts
@@ -214,7 +220,7 @@ def test_the_speculative_picture_writes_the_cache_lengths_of_its_trace(lang: str
 
 def test_a_trace_without_verify_events_has_no_speculative_picture() -> None:
     with pytest.raises(ValueError, match="no verify event"):
-        pictures.speculative_rounds(rejected_round_trace()[:2], picture_labels.SPECULATIVE["en"])
+        speculative_picture.speculative_rounds(rejected_round_trace()[:2], picture_labels.SPECULATIVE["en"])
 
 
 def test_a_slot_counts_for_the_round_that_frees_it_and_belongs_to_its_next_holder_after() -> None:
@@ -225,11 +231,11 @@ def test_a_slot_counts_for_the_round_that_frees_it_and_belongs_to_its_next_holde
         event(3, "schedule", "C", phase="prefill", inputs=[9], start_pos=0, slots=[0]),
         event(3, "free", "C", slots=[0], state_slot=0, free=4, capacity=4),
     ]
-    kv, state = pictures.slot_holders(trace)
+    kv, state = abc_picture.slot_holders(trace)
     assert kv[2] == {0: "B", 1: "B", 2: "B"} and kv[3] == {0: "C"}
     assert state == {1: {0: "B"}, 2: {0: "B"}, 3: {0: "C"}}
-    assert pictures.first_takeover(trace, state=True) == (3, 0, "C", "B")
-    assert pictures.first_takeover(trace, state=False) == (3, 0, "C", "B")
+    assert abc_picture.first_takeover(trace, state=True) == (3, 0, "C", "B")
+    assert abc_picture.first_takeover(trace, state=False) == (3, 0, "C", "B")
 
 
 def test_a_round_launched_before_the_previous_one_is_read_goes_on_a_second_device_track() -> None:
@@ -241,7 +247,8 @@ def test_a_round_launched_before_the_previous_one_is_read_goes_on_a_second_devic
         event(4, "launch", round=4, requests=["r"], tokens=1),
         event(4, "read", round=4),
     ]
-    assert pictures.in_flight(pictures.cpu_events(trace)) == [(1, 0, 2, 0), (2, 1, 3, 1), (4, 4, 5, 0)]
+    in_flight = lanes_picture.in_flight(lanes_picture.cpu_events(trace))
+    assert in_flight == [(1, 0, 2, 0), (2, 1, 3, 1), (4, 4, 5, 0)]
 
 
 @pytest.mark.parametrize("path", [p for p in sorted(gen_pictures.OUTPUTS) if p.startswith("bench-")])

@@ -15,7 +15,8 @@ i18n plugin serves the file of the page's language under that name. Pictures:
   ``benchmark`` (rounds, speculative, transformers) has a chart; reports are never re-measured here. A
   benchmark with no committed report has no chart yet.
 
-Non-scope: drawing (``pictures.py``, ``charts.py``), the words (``picture_labels.py``).
+Non-scope: drawing (``abc_picture.py``, ``lanes_picture.py``, ``speculative_picture.py``, ``charts.py``), the
+words (``picture_labels.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from mini_deepinfer.core.trace import TraceEvent
 from site_scripts.build.common import SNIPPETS, read_json
-from site_scripts.pictures import charts, picture_labels, pictures
+from site_scripts.pictures import abc_picture, charts, lanes_picture, picture_labels, speculative_picture
 
 OUTPUT_DIR = "docs/assets/pictures"
 LANGUAGES = ("zh", "en")
@@ -80,16 +81,17 @@ def abc_rounds(lang: str) -> str:
     from mini_deepinfer.pipeline_demo import DemoOptions
 
     options = DemoOptions()
-    return pictures.abc_rounds(abc_events(), picture_labels.ABC[lang], options.max_batched_tokens,
+    return abc_picture.abc_rounds(abc_events(), picture_labels.ABC[lang], options.max_batched_tokens,
                                options.max_num_seqs)
 
 
 def cross_round_timeline(lang: str) -> str:
-    return pictures.round_timeline(toy_events(False), toy_events(True), picture_labels.TIMELINE[lang])
+    return lanes_picture.round_timeline(toy_events(False), toy_events(True), picture_labels.TIMELINE[lang])
 
 
 def speculative_rounds(example: str, lang: str) -> str:
-    return pictures.speculative_rounds(speculative_events(example), picture_labels.SPECULATIVE[lang])
+    words = picture_labels.SPECULATIVE[lang]
+    return speculative_picture.speculative_rounds(speculative_events(example), words)
 
 
 TRACE_PICTURES: dict[str, Callable[[str], str]] = {

@@ -2,7 +2,7 @@
 
 Scope: one dict per picture, ``{"zh": {...}, "en": {...}}``, with the same keys in both languages. A value
 with ``{name}`` fields is formatted with the picture's numbers; every other value appears in the picture as it
-is (a test checks that). Non-scope: drawing (``pictures.py``, ``charts.py``).
+is (a test checks that). Non-scope: drawing (``*_picture.py``, ``charts.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ only on what was drawn: text stays text (``svg.fonttype = "none"``: searchable, 
 fonts, Chinese included), element ids come from a fixed salt, and no date is written. Text is measured with
 the DejaVu Sans that matplotlib ships, so the layout is the same on every machine; a Chinese character is
 measured a little wider than a CJK font draws it, which leaves room rather than overlap.
-Non-scope: what any picture shows (``pictures.py``, ``charts.py``).
+Non-scope: what any picture shows (``*_picture.py``, ``charts.py``).
 """
 
 from __future__ import annotations
