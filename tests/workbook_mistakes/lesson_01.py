@@ -21,6 +21,9 @@ MISTAKES = (
             ("        req.output_token_ids.append(token)\n        reason = stop_reason(req)\n",
              "        reason = stop_reason(req) if req.output_token_ids else None\n"
              "        req.output_token_ids.append(token)\n")),
+    mistake("the kept tokens are appended to the output a second time (commit_tokens already did)",
+            ("    if kept:\n        if req.first_token_at", "    req.output_token_ids.extend(kept)\n"
+             "    if kept:\n        if req.first_token_at")),
     mistake("no commit group is recorded", ("        req.committed_groups.append(list(kept))\n", "")),
     mistake("the first token's time is overwritten at every commit",
             ("        if req.first_token_at is None:\n            req.first_token_at = time.perf_counter()\n",

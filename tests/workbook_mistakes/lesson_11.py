@@ -32,6 +32,9 @@ MISTAKES = (
             ("        self.index_prompt(req, seq)\n", "")),
     mistake("the discard is labelled with the round that reads it, not the round that computed it",
             ("round=plan.round_id, why=", "why=")),
+    mistake("the commit is made, but what it delivered is not handed back",
+            ("deliveries.append(self.commit_sampled(plan.round_id, seq, result))",
+             "self.commit_sampled(plan.round_id, seq, result)")),
     mistake("the commit is labelled with the round that reads it",
             ("self.commit_sampled(plan.round_id,", "self.commit_sampled(self.round_id,")),
 )

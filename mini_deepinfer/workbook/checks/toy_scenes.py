@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from weakref import WeakKeyDictionary
 
 from mini_deepinfer import pipeline_demo
@@ -25,8 +27,10 @@ from mini_deepinfer.core.speculative import SpeculativeResult, Verified
 from mini_deepinfer.core.toy import ToyLaunch, ToyRunner
 from mini_deepinfer.core.trace import TraceEvent, format_event
 
+from ..checking import TookTooLong
 from ..words import Words
 
+_PACKAGE = Path(__file__).resolve().parents[2]  # mini_deepinfer/
 MAX_ROUNDS = 200  # every scenario here ends within 40 rounds; a schedule that stalls stops here
 
 
@@ -50,22 +54,24 @@ class Stalled(RuntimeError):
 _STEPS: WeakKeyDictionary = WeakKeyDictionary()  # steps taken by each engine (a round number may not move)
 
 
-class StalledEngine(Stalled):
-    """:class:`Stalled`, holding the engine, so that the run so far can still be compared."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(f"the engine was still busy after {MAX_ROUNDS} rounds")
-        self.engine = engine
-
-
 def _bounded(engine: Engine) -> None:
     _STEPS[engine] = _STEPS.get(engine, 0) + 1
     if engine.round_id >= MAX_ROUNDS or _STEPS[engine] >= MAX_ROUNDS:
-        raise StalledEngine(engine)
+        raise Stalled(f"the engine was still busy after {MAX_ROUNDS} rounds")
 
 
-def _stalled_line(exc: StalledEngine) -> str:
-    return f"[round {exc.engine.round_id}] stalled  {exc}"
+def stopped_by_engine(exc: BaseException) -> bool:
+    """True when the run ended in the package's own code alone (a stall, or the engine tripping over a state
+    the learner's function left): every frame of the traceback is in ``mini_deepinfer``. Such a run is kept
+    and compared up to that point; an exception raised with the learner's code on the stack is theirs."""
+    if isinstance(exc, TookTooLong):
+        return False
+    return all(_PACKAGE in Path(frame.f_code.co_filename).resolve().parents
+               for frame, _ in traceback.walk_tb(exc.__traceback__))
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, Stalled) else f"{type(exc).__name__}: {exc}"
 
 
 class _BoundedEngine(Engine):
@@ -78,17 +84,19 @@ class _BoundedEngine(Engine):
 
 
 def lesson1(slots: int = 8, cancel: str | None = None, after: int = 1, pipeline: bool = False) -> Run:
-    """Lesson 1's demo (``python -m mini_deepinfer``), as its flags would run it (a ``stalled`` line last if
-    it never ends)."""
+    """Lesson 1's demo (``python -m mini_deepinfer``), as its flags would run it (a ``stopped`` line last if
+    it stalls or the engine's own code raises)."""
     run = Run()
     args = argparse.Namespace(slots=slots, cancel=cancel, cancel_after_round=after, pipeline=pipeline)
-    demo_module = sys.modules[lesson1_demo.__module__]
-    demo_module.Engine = _BoundedEngine
+    demo_module, made = sys.modules[lesson1_demo.__module__], []
+    demo_module.Engine = lambda *args, **kwargs: made.append(_BoundedEngine(*args, **kwargs)) or made[-1]
     try:
         run.engine = lesson1_demo(args, print_line=run.lines.append)
-    except StalledEngine as exc:  # a loop that never ends: the lines so far, then where it stalled
-        run.engine = exc.engine
-        run.lines.append(_stalled_line(exc))
+    except Exception as exc:  # noqa: BLE001 - the lines so far, then where the engine stopped
+        if not stopped_by_engine(exc):
+            raise
+        run.engine = made[-1]
+        run.lines.append(f"[round {run.engine.round_id}] stopped  {_why(exc)}")
     finally:
         demo_module.Engine = Engine
     run.events = list(run.engine.trace.events)
@@ -96,20 +104,23 @@ def lesson1(slots: int = 8, cancel: str | None = None, after: int = 1, pipeline:
 
 
 def abc(**options: object) -> Run:
-    """The A/B/C demo of lessons 3 and 4 on the toy runner (``pipeline_demo --toy`` with these options)."""
+    """The A/B/C demo of lessons 3 and 4 on the toy runner (``pipeline_demo --toy`` with these options); a
+    ``stopped`` line last if it stalls or the engine's own code raises."""
     run = Run()
     demo_options = pipeline_demo.DemoOptions(toy=True, **options)
     original_drive = pipeline_demo.drive
 
     def drive(engine, requests, after_step=lambda: None) -> None:
+        run.engine = engine
         original_drive(engine, requests, lambda: (after_step(), _bounded(engine)))
 
     pipeline_demo.drive = drive
     try:
         run.engine = pipeline_demo.run_demo(demo_options, print_line=run.lines.append)
-    except StalledEngine as exc:  # a loop that never ends: the lines so far, then where it stalled
-        run.engine = exc.engine
-        run.lines.append(_stalled_line(exc))
+    except Exception as exc:  # noqa: BLE001 - the lines so far, then where the engine stopped
+        if not stopped_by_engine(exc) or run.engine is None:
+            raise
+        run.lines.append(f"[round {run.engine.round_id}] stopped  {_why(exc)}")
     finally:
         pipeline_demo.drive = original_drive
     run.events = list(run.engine.trace.events)
@@ -242,25 +253,30 @@ def _held(engine: Engine) -> dict[str, Held]:
 def stepped(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], object]]],
             cancels: dict[int, list[str]] | None = None, ask_again: bool = False) -> Stepped:
     """Like :func:`drive`, keeping what each step returned; ``cancels[round]``: cancelled after that round;
-    ``ask_again``: after every step, ``release_if_idle`` is called once more for each finished request. An
-    engine still busy after ``MAX_ROUNDS`` steps ends the run with a ``stalled`` event."""
+    ``ask_again``: after every step, ``release_if_idle`` is called once more for each finished request. A
+    run that stalls (``MAX_ROUNDS`` steps) or where the engine's own code raises ends with a ``stopped``
+    event."""
     run, pending, cancels = Stepped(engine=engine), dict(arrivals), cancels or {}
-    for _ in range(MAX_ROUNDS):
-        if not (pending or engine.has_unfinished()):
-            run.events = list(engine.trace.events)
-            return run
-        for request_id, prompt, params in pending.pop(engine.round_id, []):
-            engine.submit(request_id, prompt, params)
-        run.deliveries.append((engine.round_id + 1, engine.step()))
-        for request_id in cancels.get(engine.round_id, []):
-            engine.cancel(request_id)
-        for req in list(engine.requests.values()) if ask_again else ():
-            if req.finished:
-                engine.release_if_idle(req)
-        run.after.append((engine.round_id, _held(engine)))
-    stalled = TraceEvent(engine.round_id, "stalled", None, {"steps": MAX_ROUNDS})
-    run.events = [*engine.trace.events, stalled]
-    return run
+    try:
+        for _ in range(MAX_ROUNDS):
+            if not (pending or engine.has_unfinished()):
+                run.events = list(engine.trace.events)
+                return run
+            for request_id, prompt, params in pending.pop(engine.round_id, []):
+                engine.submit(request_id, prompt, params)
+            run.deliveries.append((engine.round_id + 1, engine.step()))
+            for request_id in cancels.get(engine.round_id, []):
+                engine.cancel(request_id)
+            for req in list(engine.requests.values()) if ask_again else ():
+                if req.finished:
+                    engine.release_if_idle(req)
+            run.after.append((engine.round_id, _held(engine)))
+        raise Stalled(f"the engine was still busy after {MAX_ROUNDS} steps")
+    except Exception as exc:  # noqa: BLE001 - the events so far, then where the engine stopped
+        if not stopped_by_engine(exc):
+            raise
+        run.events = [*engine.trace.events, TraceEvent(engine.round_id, "stopped", None, {"why": _why(exc)})]
+        return run
 
 
 class ToyDrafter(ToyRunner):
