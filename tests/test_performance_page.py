@@ -14,7 +14,7 @@ import pytest
 
 from mini_deepinfer.bench.__main__ import TARGETS
 from site_scripts.build.common import SNIPPETS, read_json
-from site_scripts.performance import gen_performance
+from site_scripts.performance import cpu_reading, gen_performance
 
 KINDS = gen_performance.CPU_KINDS
 
@@ -53,7 +53,7 @@ def test_the_pages_quote_the_variant_flags_each_record_was_run_with() -> None:
 
 def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
     report = dict(report, targets=gen_performance.targets_of(report))
-    english, chinese = gen_performance.reading(report)
+    english, chinese = cpu_reading.reading(report)
     for batch, speedup in report["comparison"]["decode_speedup"].items():
         assert f"{speedup:.2f}x" in english and f"transformers 的 {speedup:.2f} 倍" in chinese, batch
     step_ms = report["ours"]["decode"]["1"]["step_s"]["median"] * 1000
@@ -71,7 +71,7 @@ def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:
 
 def test_each_missed_decode_goal_is_set_against_both_sides_matrix_products(report) -> None:
     report = dict(report, targets=gen_performance.targets_of(report))
-    english, chinese = gen_performance.reading(report)
+    english, chinese = cpu_reading.reading(report)
     for batch in report["comparison"]["decode_speedup"]:
         target = report["targets"][f"decode_batch{batch}_vs_transformers"]
         theirs = report["transformers_side"]
@@ -88,7 +88,7 @@ def test_each_missed_decode_goal_is_set_against_both_sides_matrix_products(repor
     met = copy.deepcopy(report)
     met["comparison"]["decode_speedup"] = {batch: 2.5 for batch in met["comparison"]["decode_speedup"]}
     met = dict(met, targets=gen_performance.targets_of(met))
-    assert "would need a step of" not in gen_performance.reading(met)[0]
+    assert "would need a step of" not in cpu_reading.reading(met)[0]
 
 
 def test_another_number_gives_another_paragraph_and_goals_are_today_s(report) -> None:
@@ -96,14 +96,14 @@ def test_another_number_gives_another_paragraph_and_goals_are_today_s(report) ->
     changed["comparison"]["decode_speedup"]["1"] = 9.87
     changed = dict(changed, targets=gen_performance.targets_of(changed))
     assert set(changed["targets"]) == set(TARGETS)
-    english, _ = gen_performance.reading(changed)
+    english, _ = cpu_reading.reading(changed)
     assert "9.87x transformers' tokens per second at batch 1" in english
     assert changed["targets"]["decode_batch1_vs_transformers"]["met"] is True
     assert "decode tok/s at batch 1" not in english.split("not met")[-1]
 
 
 def test_the_variants_sentences_are_made_of_their_numbers_or_say_none_ran(report) -> None:
-    english, chinese = gen_performance.variants_reading(report)
+    english, chinese = cpu_reading.variants_reading(report)
     variants = {(v["spec"]["dtype"], v["spec"]["execution"]): v
                 for v in (report.get("variants") or {}).values() if v["spec"]["engine"] == "ours"}
     if not variants:
@@ -146,4 +146,4 @@ def test_the_variants_sentences_are_made_of_their_numbers_or_say_none_ran(report
         name = next(n for n, v in one_win["variants"].items() if v["spec"]["execution"] == "graphs")
         speedups = one_win["variants"][name]["comparison"]["ours"]["decode_speedup"]
         speedups[next(iter(speedups))] = 1.02
-        assert "Eager, the default" not in gen_performance.variants_reading(one_win)[0]
+        assert "Eager, the default" not in cpu_reading.variants_reading(one_win)[0]

@@ -53,7 +53,7 @@ def bench_table(path: Path = BENCH_JSON) -> str:
 def gpu_bench_table(path: Path) -> str:
     """A committed accelerator report: its table, with where it came from and how its rounds ran."""
     from mini_deepinfer.bench.rounds import format_markdown
-    from site_scripts.performance.gen_performance import provenance_block
+    from site_scripts.performance.bench_tables import provenance_block
 
     report = read_json(path)
     origin = provenance_block(path, report)
