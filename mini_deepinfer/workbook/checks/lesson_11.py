@@ -153,7 +153,7 @@ COUNTED = Words("after step {step}, {request} counts {counted} rounds in flight;
 
 def counts_rounds(run: Stepped) -> Words | None:
     """After each step, a request's ``rounds_in_flight`` is the number of launched, unread rounds with it."""
-    unread_after: dict[int, dict[str, int]] = {}
+    unread_after: dict[int, dict[str, int]] = {}  # step -> request -> rounds holding it, after its last event
     for event, unread in in_flight_at(run.events):
         holding: dict[str, int] = {}
         for requests in unread.values():
@@ -161,8 +161,9 @@ def counts_rounds(run: Stepped) -> Words | None:
                 holding[rid] = holding.get(rid, 0) + 1
         unread_after[event.round_id] = holding
     for step, held in run.after:
+        last = max((s for s in unread_after if s <= step), default=None)
         for rid, state in held.items():
-            unread = unread_after.get(step, {}).get(rid, 0)
+            unread = unread_after[last].get(rid, 0) if last is not None else 0
             if state.rounds_in_flight != unread:
                 return COUNTED.format(step=step, request=rid, counted=state.rounds_in_flight, unread=unread)
     return None
