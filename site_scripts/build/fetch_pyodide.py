@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import json
 import shutil
-import sys
 import tarfile
-import urllib.request
 from pathlib import Path
+
+from site_scripts.build.fetching import FetchError, command, fetched_once, file_digest, save, unpacking
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN = Path(__file__).resolve().parent / "pyodide.json"
@@ -35,14 +34,7 @@ TIMEOUT_S = 300
 STAMP = ".complete"
 
 
-class FetchError(Exception):
-    """A failure to report in one line."""
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage too; one line is enough
-        sys.stderr.write(f"fetch_pyodide: {message}\n")
-        raise SystemExit(2)
+__all__ = ["FetchError", "default_dest", "fetch", "integrity", "is_unpacked", "main", "read_pin"]
 
 
 def read_pin(pin: Path = PIN) -> dict:
@@ -65,31 +57,19 @@ def default_dest(pin: Path = PIN) -> Path:
 
 def integrity(path: Path) -> str:
     """The file's digest in the npm registry's form, ``sha512-<base64>``."""
-    digest = hashlib.sha512()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return "sha512-" + base64.b64encode(digest.digest()).decode("ascii")
+    return "sha512-" + base64.b64encode(file_digest(path, "sha512")).decode("ascii")
 
 
-def download(url: str, archive: Path) -> None:
-    """Save ``url`` as ``archive`` (through a ``.part`` file, so a failed download leaves nothing)."""
-    partial = archive.with_name(archive.name + ".part")
-    try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, partial.open("wb") as out:
-            shutil.copyfileobj(response, out)
-    except OSError as error:  # URLError is an OSError
-        partial.unlink(missing_ok=True)
-        raise FetchError(f"cannot download {url}: {error}") from error
-    partial.replace(archive)
+def check(archive: Path, entry: dict, pin: Path) -> None:
+    """Raise FetchError unless ``archive`` has the integrity that ``pin`` pins."""
+    actual = integrity(archive)
+    if actual != entry["integrity"]:
+        raise FetchError(f"{archive.name} has integrity {actual}, but {pin.name} pins {entry['integrity']}")
 
 
 def unpack(archive: Path, files: list[str], dest: Path) -> None:
     """Replace ``dest`` with the named files of the tarball's ``package/`` folder."""
-    scratch = dest.with_name(dest.name + ".unpacking")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    try:
+    with unpacking(archive, dest) as scratch:
         with tarfile.open(archive, "r:gz") as tar:
             for name in files:
                 member = tar.getmember(f"package/{name}")
@@ -101,10 +81,6 @@ def unpack(archive: Path, files: list[str], dest: Path) -> None:
         (scratch / STAMP).write_text("", encoding="utf-8")
         shutil.rmtree(dest, ignore_errors=True)
         scratch.rename(dest)
-    except (OSError, KeyError, tarfile.TarError) as error:
-        raise FetchError(f"cannot unpack {archive}: {error!r}") from error
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def is_unpacked(dest: Path, files: list[str]) -> bool:
@@ -118,35 +94,22 @@ def fetch(dest: Path | None = None, pin: Path = PIN) -> str:
     dest = dest or CACHE / entry["version"]
     archive = dest.parent / f"{entry['name']}-{entry['version']}.tgz"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if archive.is_file() and integrity(archive) == entry["integrity"]:
-        how = "already downloaded"
-    else:
-        archive.unlink(missing_ok=True)  # a wrong or partial file is never kept
-        print(f"downloading {entry['tarball']}, once", flush=True)
-        download(entry["tarball"], archive)
-        actual = integrity(archive)
-        if actual != entry["integrity"]:
-            archive.unlink()
-            pinned = entry["integrity"]
-            raise FetchError(f"{archive.name} has integrity {actual}, but {pin.name} pins {pinned}")
-        how = "downloaded"
+    how = fetched_once(archive, lambda path: check(path, entry, pin),
+                       lambda: save(entry["tarball"], archive, TIMEOUT_S, entry["tarball"]),
+                       f"downloading {entry['tarball']}, once")
     if not is_unpacked(dest, entry["files"]):
         unpack(archive, entry["files"], dest)
     return f"{archive.name} ({how}, integrity as {pin.name} pins) unpacked in {dest}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _OneLineParser(prog="python -m site_scripts.build.fetch_pyodide",
-                            description=__doc__.splitlines()[0])
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dest", type=Path, nargs="?", help="the folder for the runtime's files")
     parser.add_argument("--pin", type=Path, default=PIN, help="the JSON file that pins the release")
-    args = parser.parse_args(argv)
-    try:
-        print(fetch(args.dest, args.pin))
-    except FetchError as error:
-        sys.stderr.write(f"fetch_pyodide: {error}\n")
-        return 1
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command("fetch_pyodide", __doc__.splitlines()[0], _arguments,
+                   lambda args: fetch(args.dest, args.pin), argv)
 
 
 if __name__ == "__main__":

