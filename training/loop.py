@@ -190,7 +190,7 @@ def save_partial(model, path: Path) -> None:
     from safetensors import SafetensorError
     from safetensors.torch import save_file
 
-    from mini_deepinfer.tools.files import disk_errors
+    from mini_deepinfer.tools.files import default_file_mode, disk_errors
 
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
@@ -198,6 +198,7 @@ def save_partial(model, path: Path) -> None:
     try:
         with disk_errors(path, (SafetensorError,)):
             save_file(state, str(scratch))
+        scratch.chmod(default_file_mode())  # safetensors makes it owner-only; use the usual mode
         scratch.replace(path)
     finally:
         scratch.unlink(missing_ok=True)
