@@ -2,7 +2,7 @@
 
 Scope: Markdown tables from the committed records under ``trained/`` (``target/training.json``,
 ``draft/training.json``, ``draft-corpus-only-training.json``, written by ``python -m
-site_scripts.train_models``; ``measurements.json``, written by ``python -m site_scripts.measure_trained``):
+training``; ``measurements.json``, written by ``python -m training.measure``):
 the models and their bits per character, speculative acceptance against the draft, the width and the
 temperature, tokens per second against plain decoding, which tokens the draft gets right, and repetition.
 And the terminal output of the pages' ``generate`` commands on ``trained/target`` (greedy, sampled, and
