@@ -3,8 +3,8 @@
 Scope: ``trained-loss.<lang>.svg``: on the left the training loss against tokens seen (the target and the
 corpus-only draft in nats per token, the distilled draft's KL divergence from the target in nats per token);
 on the right the target's held-out bits per character during training and at the end, per language. The
-title names the CPU the records say the training ran on. Non-scope: training (``train_models``), the tables
-(``gen_trained``).
+title names the CPU the records say the training ran on. Non-scope: training (the ``training`` package), the
+tables (``gen_trained``).
 """
 
 from __future__ import annotations
