@@ -4,8 +4,9 @@ Scope: the repository root and ``snippets/`` folder, :class:`GeneratorError`, :c
 outputs whose digits depend on the machine's arithmetic), :func:`command_env` (the
 environment of every command a generator or a doc test runs), :func:`run_module` (a command of the package,
 forked from a Python that has imported torch) and :func:`run_shell` (a command run exactly as the doc tests
-run it), :func:`read_json` (a committed report) and
-:func:`provenance_entries` (a ``provenance.json`` beside committed reports or records, checked). Non-scope:
+run it), :func:`read_json` (a committed report),
+:func:`provenance_entries` (a ``provenance.json`` beside committed reports or records, checked) and
+:func:`markdown_table` (the one table writer of the generated pages). Non-scope:
 finding and checking generators (``regenerate.py``), what any snippet says (its generator).
 """
 
@@ -16,14 +17,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ROOT", "SNIPPETS", "GeneratorError", "MachineDependent",
-    "command_env", "preloaded_python", "provenance_entries", "read_json", "run_module", "run_shell",
+    "command_env", "markdown_table", "preloaded_python", "provenance_entries", "read_json", "run_module",
+    "run_shell",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +119,24 @@ def run_shell(command: str, timeout_s: int = COMMAND_TIMEOUT_S) -> str:
     if proc.returncode != 0:
         raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
     return proc.stdout
+
+
+def markdown_table(header: Sequence[str | None], rows: Iterable[Sequence[str | None]],
+                   align: str | None = None) -> list[str]:
+    """The lines of a Markdown table: ``| a | b |``; a cell that is None is written ``| |``.
+
+    ``align`` gives each column's alignment, ``l`` (left) or ``r`` (right); by default the first column is
+    left-aligned and the others, which hold numbers, right-aligned.
+    """
+    align = align or "l" + "r" * (len(header) - 1)
+    if len(align) != len(header):
+        raise GeneratorError(f"a table of {len(header)} columns with alignment {align!r}")
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return [_table_row(header), rule, *(_table_row(row) for row in rows)]
+
+
+def _table_row(cells: Sequence[str | None]) -> str:
+    return "|" + "|".join(" " if cell is None else f" {cell} " for cell in cells) + "|"
 
 
 def read_json(path: Path) -> Any:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from site_scripts.build.common import SNIPPETS, GeneratorError, provenance_entries
+from site_scripts.build.common import SNIPPETS, GeneratorError, markdown_table, provenance_entries
 
 PROVENANCE_KEYS = ("execution", "source")
 GIB = 2**30
@@ -85,47 +85,46 @@ def describe(report: dict[str, Any]) -> str:
 def timing_rows(report: dict[str, Any]) -> list[str]:
     """Prefill seconds and decode milliseconds per step, both sides, median [min-max], and the ratio."""
     ours, theirs, cmp = report["ours"], report["transformers_side"], report["comparison"]
-    rows = ["| measurement | ours | transformers | ours vs transformers |", "|---|---:|---:|---:|"]
+    rows = []
     for length, stats in ours["prefill"].items():
-        rows.append(f"| prefill, {length} tokens (s) | {_spread(stats)} | "
-                    f"{_spread(theirs['prefill'][length])} | {cmp['prefill_speedup'][length]:.2f}x |")
+        rows.append([f"prefill, {length} tokens (s)", _spread(stats), _spread(theirs["prefill"][length]),
+                     f"{cmp['prefill_speedup'][length]:.2f}x"])
     for batch, stats in ours["decode"].items():
         lens = report["config"]["decode_prompt_lens"][batch]
         prompt = f"prompt {lens[0]}" if len(lens) == 1 else f"prompts {min(lens)}-{max(lens)}"
-        rows.append(f"| decode, batch {batch}, {prompt} (ms/step) | {_spread(stats['step_s'], 1000, 1)} | "
-                    f"{_spread(theirs['decode'][batch]['step_s'], 1000, 1)} | "
-                    f"{cmp['decode_speedup'][batch]:.2f}x |")
-        rows.append(f"| decode, batch {batch} (tokens/s) | {stats['tokens_per_s']:.2f} | "
-                    f"{theirs['decode'][batch]['tokens_per_s']:.2f} | |")
+        rows.append([f"decode, batch {batch}, {prompt} (ms/step)", _spread(stats["step_s"], 1000, 1),
+                     _spread(theirs["decode"][batch]["step_s"], 1000, 1),
+                     f"{cmp['decode_speedup'][batch]:.2f}x"])
+        rows.append([f"decode, batch {batch} (tokens/s)", f"{stats['tokens_per_s']:.2f}",
+                     f"{theirs['decode'][batch]['tokens_per_s']:.2f}", None])
     if ours.get("peak_device_bytes") is not None:
-        rows.append(f"| peak device memory (GiB) | {ours['peak_device_bytes'] / GIB:.2f} | "
-                    f"{theirs['peak_device_bytes'] / GIB:.2f} | |")
-    rows.append(f"| peak resident memory (GiB) | {ours['peak_rss_bytes'] / GIB:.2f} | "
-                f"{theirs['peak_rss_bytes'] / GIB:.2f} | |")
-    return rows
+        rows.append(["peak device memory (GiB)", f"{ours['peak_device_bytes'] / GIB:.2f}",
+                     f"{theirs['peak_device_bytes'] / GIB:.2f}", None])
+    rows.append(["peak resident memory (GiB)", f"{ours['peak_rss_bytes'] / GIB:.2f}",
+                 f"{theirs['peak_rss_bytes'] / GIB:.2f}", None])
+    return markdown_table(["measurement", "ours", "transformers", "ours vs transformers"], rows)
 
 
 def roofline_rows(report: dict[str, Any]) -> list[str]:
     """Bandwidth, roofline step, and the matrix-product floor of each side per batch."""
     ours, theirs, cmp = report["ours"], report["transformers_side"], report["comparison"]
     bw = report["bandwidth"]
-    rows = ["| quantity | value |", "|---|---:|",
-            f"| weights (bytes read per decode step) | {ours['weight_bytes'] / 1e9:.3f} GB |",
-            f"| read bandwidth, best [median] of {len(bw['runs_gb_per_s'])} | "
-            f"{bw['best_gb_per_s']:.1f} [{bw['median_gb_per_s']:.1f}] GB/s |",
-            f"| decode roofline (weights / best bandwidth) | {_ms(cmp['roofline_step_s'])} ms/step |"]
+    rows = [["weights (bytes read per decode step)", f"{ours['weight_bytes'] / 1e9:.3f} GB"],
+            [f"read bandwidth, best [median] of {len(bw['runs_gb_per_s'])}",
+             f"{bw['best_gb_per_s']:.1f} [{bw['median_gb_per_s']:.1f}] GB/s"],
+            ["decode roofline (weights / best bandwidth)", f"{_ms(cmp['roofline_step_s'])} ms/step"]]
     for batch in ours["decode"]:
         fractions = cmp["roofline_fraction"][batch], cmp["transformers_roofline_fraction"][batch]
-        rows.append(f"| batch {batch}: roofline / step, ours / transformers | "
-                    f"{_fraction(fractions[0])} / {_fraction(fractions[1])} |")
+        rows.append([f"batch {batch}: roofline / step, ours / transformers",
+                     f"{_fraction(fractions[0])} / {_fraction(fractions[1])}"])
         for name, side in (("ours", ours), ("transformers", theirs)):
             floor = side.get("linear_floor", {}).get(batch)
             if floor:
                 all_s, head_s = floor["all_s"]["median"], floor["head_s"]["median"]
-                rows.append(f"| batch {batch}: every linear layer once, {name} (head alone) | "
-                            f"{_ms(all_s)} ms = {floor['all_bytes'] / all_s / 1e9:.1f} GB/s "
-                            f"({_ms(head_s)} ms = {floor['head_bytes'] / head_s / 1e9:.1f} GB/s) |")
-    return rows
+                rows.append([f"batch {batch}: every linear layer once, {name} (head alone)",
+                             f"{_ms(all_s)} ms = {floor['all_bytes'] / all_s / 1e9:.1f} GB/s "
+                             f"({_ms(head_s)} ms = {floor['head_bytes'] / head_s / 1e9:.1f} GB/s)"])
+    return markdown_table(["quantity", "value"], rows)
 
 
 def prefill_floor_rows(report: dict[str, Any]) -> list[str]:
@@ -133,17 +132,18 @@ def prefill_floor_rows(report: dict[str, Any]) -> list[str]:
     ours, theirs = report["ours"], report["transformers_side"]
     if "prefill_linear_floor" not in ours:  # results written before the benchmark measured it
         return []
-    rows = ["| prefill | linear layers once, ours | share of our prefill | linear layers once, transformers "
-            "| share of their prefill |", "|---|---:|---:|---:|---:|"]
+    rows = []
     for length, floor in ours["prefill_linear_floor"].items():
-        cells = []
+        cells = [f"{length} tokens"]
         for side in (ours, theirs):
             seconds = side["prefill_linear_floor"][length]["all_s"]["median"]
             gflops = side["prefill_linear_floor"][length]["flops"] / seconds / 1e9
             share = seconds / side["prefill"][length]["median"]
             cells += [f"{seconds:.3f} s ({gflops:.0f} GFLOP/s)", f"{share:.0%}"]
-        rows.append(f"| {length} tokens | " + " | ".join(cells) + " |")
-    return rows
+        rows.append(cells)
+    header = ["prefill", "linear layers once, ours", "share of our prefill",
+              "linear layers once, transformers", "share of their prefill"]
+    return markdown_table(header, rows)
 
 
 def variant_rows(report: dict[str, Any]) -> list[str]:
@@ -152,8 +152,7 @@ def variant_rows(report: dict[str, Any]) -> list[str]:
     variants = report.get("variants") or {}
     if not variants:
         return []
-    rows = ["| measurement | value | against ours | against transformers, same dtype "
-            "| greedy tokens as ours |", "|---|---:|---:|---:|---|"]
+    rows = []
     for variant in variants.values():
         spec, cmp = variant["spec"], variant["comparison"]
         name = f"{spec['engine']}, {spec['dtype']}, {spec['execution']}"
@@ -166,23 +165,25 @@ def variant_rows(report: dict[str, Any]) -> list[str]:
             against = [f"{c[kind][key]:.2f}x" if key in c.get(kind, {}) else ""
                        for c in (cmp["ours"], theirs)]
             same = "yes" if cmp["ours"]["tokens_agree"].get(tokens) else "no"
-            rows.append(f"| {name}: {label} | {value} | {against[0]} | {against[1]} | {same} |")
+            rows.append([f"{name}: {label}", value, against[0], against[1], same])
         if spec["execution"] == "compiled" and variant.get("capture_s"):
-            rows.append(f"| {name}: compiling every decode bucket, per process (s) | "
-                        f"{_spread(variant['capture_s'], digits=1)} | | | |")
-    return rows
+            rows.append([f"{name}: compiling every decode bucket, per process (s)",
+                         _spread(variant["capture_s"], digits=1), None, None, None])
+    header = ["measurement", "value", "against ours", "against transformers, same dtype",
+              "greedy tokens as ours"]
+    return markdown_table(header, rows, align="lrrrl")
 
 
 def target_rows(report: dict[str, Any]) -> list[str]:
-    rows = ["| target | threshold | measured | met |", "|---|---:|---:|---|"]
+    rows = []
     for name, t in report["targets"].items():
         sign = "<=" if name == "peak_memory" else ">="
         value = "-" if t["value"] is None else _fraction(t["value"])
         met = "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")
         if not t.get("applies", True):
             met = "does not apply (the targets are set for CPU, float32)"
-        rows.append(f"| {t['what']} | {sign} {t['threshold']} | {value} | {met} |")
-    return rows
+        rows.append([t["what"], f"{sign} {t['threshold']}", value, met])
+    return markdown_table(["target", "threshold", "measured", "met"], rows, align="lrrl")
 
 
 def agreement_line(report: dict[str, Any]) -> str:

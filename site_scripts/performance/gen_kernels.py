@@ -31,6 +31,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from site_scripts.build.common import markdown_table
+
 PRESET = "qwen3.5-0.8b"
 PROMPT = list(range(3, 19))
 LAUNCH_NOTHING = {"_unsafe_view", "empty", "empty_like", "empty_strided"}
@@ -175,18 +177,18 @@ def layer_counts(model: nn.Module) -> dict[str, int]:
 def table(model: nn.Module, counts: dict[str, KernelCount]) -> str:
     """The markdown table: per part, the kernels per layer and in all, eager and graph path."""
     layers = layer_counts(model)
-    lines = ["| part | layers | eager, per layer | eager | graph path, per layer | graph path |",
-             "|---|---:|---:|---:|---:|---:|"]
+    rows: list[list[str | None]] = []
     for part in PARTS:
         n = layers.get(part, 1)
-        cells = []
+        cells: list[str | None] = [part, str(n) if part in layers else ""]
         for path in ("eager", "graph path"):
             total = counts[path].by_part[part]
             cells += [f"{total / n:g}" if part in layers else "", f"{total:,}"]
-        lines.append(f"| {part} | {n if part in layers else ''} | " + " | ".join(cells) + " |")
+        rows.append(cells)
     totals = [f"**{sum(counts[p].by_part.values()):,}**" for p in ("eager", "graph path")]
-    lines.append(f"| **total** | | | {totals[0]} | | {totals[1]} |")
-    return "\n".join(lines)
+    rows.append(["**total**", None, None, totals[0], None, totals[1]])
+    header = ["part", "layers", "eager, per layer", "eager", "graph path, per layer", "graph path"]
+    return "\n".join(markdown_table(header, rows))
 
 
 def most_common(counter: KernelCount, n: int = 10) -> str:

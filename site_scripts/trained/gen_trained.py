@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from site_scripts.build.common import ROOT, read_json, run_shell
+from site_scripts.build.common import ROOT, markdown_table, read_json, run_shell
 
 TRAINED = ROOT / "trained"
 LANGUAGES = {"en": "English", "zh": "Chinese"}
@@ -56,13 +56,6 @@ def measurements() -> dict[str, Any]:
     return read_json(TRAINED / "measurements.json")
 
 
-def _table(header: list[str], rows: list[list[str]], numeric: bool = True) -> list[str]:
-    """A Markdown table; the columns after the first are right-aligned when ``numeric``."""
-    rest = "|---:" if numeric else "|---"
-    return ["| " + " | ".join(header) + " |", "|---" + rest * (len(header) - 1) + "|",
-            *["| " + " | ".join(row) + " |" for row in rows]]
-
-
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
@@ -88,7 +81,7 @@ def models_table() -> str:
     note = (f"`bits per character; target: torch={target['torch']}, "
             f"seed={target['seed']}, batch={target['schedule']['batch']} x {target['schedule']['seq_len']} "
             f"tokens, commit={target['commit'][:12]}`")
-    return "\n".join([note, "", *_table(header, rows)]) + "\n"
+    return "\n".join([note, "", *markdown_table(header, rows)]) + "\n"
 
 
 # --8<-- [start:targets]
@@ -116,7 +109,7 @@ def targets_table() -> str:
     """The quality the models were trained for against what the records measured."""
     rows = [[what, f"{bound} {threshold}", f"{value:.2f}", "yes" if met else "**no**"]
             for what, bound, threshold, value, met in target_values()]
-    return "\n".join(_table(["figure", "target", "measured", "met"], rows)) + "\n"
+    return "\n".join(markdown_table(["figure", "target", "measured", "met"], rows)) + "\n"
 
 
 def corpora_table() -> str:
@@ -124,7 +117,7 @@ def corpora_table() -> str:
     made = record("target")
     rows = [[f"{c['registry']} `{c['name']}` {c['version']}", c["licence"], f"`{c['sha256'][:16]}…`"]
             for c in made["corpora"]]
-    lines = _table(["package", "licence", "SHA-256"], rows, numeric=False)
+    lines = markdown_table(["package", "licence", "SHA-256"], rows, align="lll")
     uses = [f"- `{key}`: {text}" for key, text in made["sources"].items()]
     return "\n".join([*lines, "", *uses]) + "\n"
 
@@ -150,25 +143,24 @@ def _measured_note(m: dict[str, Any]) -> str:
             f"{len(m['prompts']['en'])} held-out prompts per language, {m['new_tokens']} new tokens each`")
 
 
-def widths_table() -> str:
+def _acceptance_table(key: str, first: str) -> str:
+    """Acceptance per setting of ``measurements.json``'s ``key`` (widths, temperatures, drafts), per
+    language."""
     m = measurements()
-    keys = list(m["widths"]["en"])
-    rows = _acceptance_rows(m["widths"], keys)
-    return "\n".join([_measured_note(m), "", *_table(_acceptance_header("width k (greedy)"), rows)]) + "\n"
+    rows = _acceptance_rows(m[key], list(m[key]["en"]))
+    return "\n".join([_measured_note(m), "", *markdown_table(_acceptance_header(first), rows)]) + "\n"
+
+
+def widths_table() -> str:
+    return _acceptance_table("widths", "width k (greedy)")
 
 
 def temperatures_table() -> str:
-    m = measurements()
-    keys = list(m["temperatures"]["en"])
-    rows = _acceptance_rows(m["temperatures"], keys)
-    return "\n".join([_measured_note(m), "", *_table(_acceptance_header("temperature (k=4)"), rows)]) + "\n"
+    return _acceptance_table("temperatures", "temperature (k=4)")
 
 
 def drafts_table() -> str:
-    m = measurements()
-    keys = list(m["drafts"]["en"])
-    rows = _acceptance_rows(m["drafts"], keys)
-    return "\n".join([_measured_note(m), "", *_table(_acceptance_header("draft (k=4, greedy)"), rows)]) + "\n"
+    return _acceptance_table("drafts", "draft (k=4, greedy)")
 
 
 def speed_table() -> str:
@@ -182,7 +174,7 @@ def speed_table() -> str:
     note = (f"`cpu={m['cpu']}, threads={m['threads']}, one greedy request of {2 * m['new_tokens']} tokens, "
             "median of 3 runs after one warm-up`")
     header = ["prompt", "decoding", "tokens/s", "wall s", "time vs plain"]
-    return "\n".join([note, "", *_table(header, rows)]) + "\n"
+    return "\n".join([note, "", *markdown_table(header, rows)]) + "\n"
 
 
 def agreement_table() -> str:
@@ -198,7 +190,7 @@ def agreement_table() -> str:
             row.append(f"{got['share']:.0%} ({got['agree']}/{got['tokens']})" if got else "-")
         rows.append(row)
     header = ["token kind", *(f"{n}: draft = target" for n in LANGUAGES.values())]
-    return "\n".join(_table(header, rows)) + "\n"
+    return "\n".join(markdown_table(header, rows)) + "\n"
 
 
 def repetition_table() -> str:
@@ -206,7 +198,7 @@ def repetition_table() -> str:
     rows = [[name, ", ".join(f"{v:.2f}" for v in m["repetition"][lang]["distinct_4grams"])]
             for lang, name in LANGUAGES.items()]
     header = ["prompts", "distinct 4-grams / all 4-grams, 200 greedy tokens each"]
-    return "\n".join(_table(header, rows)) + "\n"
+    return "\n".join(markdown_table(header, rows)) + "\n"
 
 
 # Sentences under the tables, in both languages, written from the same numbers (never typed by hand).
