@@ -6,7 +6,8 @@ environment of every command a generator or a doc test runs), :func:`run_module`
 forked from a Python that has imported torch) and :func:`run_shell` (a command run exactly as the doc tests
 run it), :func:`read_json` (a committed report),
 :func:`provenance_entries` (a ``provenance.json`` beside committed reports or records, checked) and
-:func:`markdown_table` (the one table writer of the generated pages). Non-scope:
+:func:`markdown_table` (the one table writer of the generated pages) and :func:`by_language` (a table of
+phrases, each written in both languages side by side). Non-scope:
 finding and checking generators (``regenerate.py``), what any snippet says (its generator).
 """
 
@@ -24,12 +25,13 @@ from typing import Any
 
 __all__ = [
     "ROOT", "SNIPPETS", "GeneratorError", "MachineDependent",
-    "command_env", "markdown_table", "preloaded_python", "provenance_entries", "read_json", "run_module",
-    "run_shell",
+    "LANGUAGES", "by_language", "command_env", "markdown_table", "preloaded_python", "provenance_entries",
+    "read_json", "run_module", "run_shell",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = ROOT / "snippets"
+LANGUAGES = ("en", "zh")  # the order of a phrase's two languages in a table for :func:`by_language`
 COMMAND_TIMEOUT_S = 1800
 
 
@@ -119,6 +121,15 @@ def run_shell(command: str, timeout_s: int = COMMAND_TIMEOUT_S) -> str:
     if proc.returncode != 0:
         raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
     return proc.stdout
+
+
+def by_language(phrases: Mapping[str, tuple[Any, Any]]) -> dict[str, dict[str, Any]]:
+    """``{"en": {key: English}, "zh": {key: Chinese}}`` from ``{key: (English, Chinese)}``.
+
+    A generator that writes a sentence in both languages keeps each phrase's two languages on adjacent lines
+    (one table, one key each), so a phrase cannot be added to one language and forgotten in the other.
+    """
+    return {lang: {key: pair[i] for key, pair in phrases.items()} for i, lang in enumerate(LANGUAGES)}
 
 
 def markdown_table(header: Sequence[str | None], rows: Iterable[Sequence[str | None]],

@@ -12,64 +12,71 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_scripts.build.common import GeneratorError
+from site_scripts.build.common import GeneratorError, by_language
 from site_scripts.performance.bench_tables import _fraction, _ms
 
-PHRASES = {  # the paragraph under a CPU table, in each language (``reading``)
-    "en": {
-        "start": "On this CPU ({cpu}, {isa}) our decode made ", "no_isa": "vector kernels not recorded",
-        "first": "{v}x transformers' tokens per second at batch {b}", "next": "{v}x at batch {b}",
-        "and": ", ",
-        "step": "; a batch-1 step took {step} ms, against a read roofline of {roof} ms ({fraction} of it",
-        "floor": "; our matrix products alone read {floor} GB/s, faster than the bandwidth test's "
-                 "{best} GB/s, so on this CPU that roofline is too low",
-        "prefill": "); transformers took {prefill}x our time to prefill {longest} tokens. ",
-        "goals": "Of the {n} goals measured, {met} {verb} met", "verbs": ("is", "are"),
-        "missed": "; not met: ", "miss": "{what} ({value} against {threshold})", "between": "; ", "end": ".",
-        "bound": " At batch {b}, {threshold}x would need a step of {need} ms; every linear layer once took "
-                 "{ours} ms on our side and {theirs} ms on transformers', before the rest of the step.",
-        "bf16": " In bfloat16, our decode's tokens per second against our float32: {ours}; against "
-                "transformers' bfloat16: {theirs}; our float32 prefill of {longest} tokens took {prefill}x "
-                "our bfloat16 time.",
-        "ratios": "{v}x at batch {b}",
-        "compiled": " Compiled (`--compile`), against our eager float32 steps: {ratio}, after {low} to "
-                    "{high} s of compiling in each process (torch keeps what it compiled in a cache on disk, "
-                    "so a later process compiles less).",
-        "graphs": " On the graph path (`--graphs`: static buffers, nothing captured on a CPU), against our "
-                  "eager float32 steps: {ratio}.",
-        "eager_wins": " Eager, the default, was the faster of the two at every batch.",
-        "payback": " A compiled step at batch {b} saved {saved} ms, so even the shortest compile took about "
-                   "{steps} decode steps to pay back.",
-        "none": " This run measured no bfloat16, graph-path or compiled variant.",
-    },
-    "zh": {
-        "start": "在这块 CPU（{cpu}，{isa}）上，我们 decode 每秒的 token 数是 ", "no_isa": "没有记录向量指令",
-        "first": "batch {b} 时 transformers 的 {v} 倍", "next": "batch {b} 时 transformers 的 {v} 倍",
-        "and": "，",
-        "step": "；batch 1 一步用 {step} 毫秒，读带宽的 roofline 是 {roof} 毫秒（达到 {fraction}",
-        "floor": "；单是我们的矩阵乘就读到 {floor} GB/s，比带宽测试的 {best} GB/s 还快，"
-                 "所以在这块 CPU 上那条 roofline 定得太低",
-        "prefill": "）；{longest} 个 token 的 prefill，transformers 用的时间是我们的 {prefill} 倍。",
-        "goals": "测到的 {n} 项目标里达到 {met} 项", "verbs": ("", ""),
-        "missed": "；没有达到的：", "miss": "{what}（{value}，目标 {threshold}）", "between": "；",
-        "end": "。",
-        "bound": "batch {b} 要到 {threshold} 倍，一步得在 {need} 毫秒内；单是把每个线性层算一遍，"
-                 "我们这边就用了 {ours} 毫秒，transformers 那边用了 {theirs} 毫秒，还没算这一步的其余部分。",
-        "bf16": "用 bfloat16 时，我们 decode 每秒的 token 数相对我们的 float32：{ours}；相对 transformers "
-                "的 bfloat16：{theirs}；{longest} 个 token 的 prefill，我们 float32 用的时间是 bfloat16 的 "
-                "{prefill} 倍。",
-        "ratios": "batch {b} 时 {v} 倍",
-        "compiled": "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}；"
-                    "每个进程先要编译 {low} 到 {high} 秒（torch 把编译结果存在磁盘缓存里，"
-                    "后来的进程编译得少）。",
-        "graphs": "走图路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，"
-                  "我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}。",
-        "eager_wins": "每个 batch 都是 eager（默认）更快。",
-        "payback": "batch {b} 时编译后的一步省下 {saved} 毫秒，所以即使编译最快的那次，"
-                   "也要大约 {steps} 个 decode 步才把编译时间挣回来。",
-        "none": "这次运行没有测 bfloat16、图路径或编译的变体。",
-    },
-}
+PHRASES = by_language({  # the paragraph under a CPU table: each phrase in English, then in Chinese
+    "start": ("On this CPU ({cpu}, {isa}) our decode made ",
+              "在这块 CPU（{cpu}，{isa}）上，我们 decode 每秒的 token 数是 "),
+    "no_isa": ("vector kernels not recorded",
+               "没有记录向量指令"),
+    "first": ("{v}x transformers' tokens per second at batch {b}",
+              "batch {b} 时 transformers 的 {v} 倍"),
+    "next": ("{v}x at batch {b}",
+             "batch {b} 时 transformers 的 {v} 倍"),
+    "and": (", ",
+            "，"),
+    "step": ("; a batch-1 step took {step} ms, against a read roofline of {roof} ms ({fraction} of it",
+             "；batch 1 一步用 {step} 毫秒，读带宽的 roofline 是 {roof} 毫秒（达到 {fraction}"),
+    "floor": ("; our matrix products alone read {floor} GB/s, faster than the bandwidth test's {best} "
+              "GB/s, so on this CPU that roofline is too low",
+              "；单是我们的矩阵乘就读到 {floor} GB/s，比带宽测试的 {best} GB/s 还快，所以在这块 CPU 上那条 "
+              "roofline 定得太低"),
+    "prefill": ("); transformers took {prefill}x our time to prefill {longest} tokens. ",
+                "）；{longest} 个 token 的 prefill，transformers 用的时间是我们的 {prefill} 倍。"),
+    "goals": ("Of the {n} goals measured, {met} {verb} met",
+              "测到的 {n} 项目标里达到 {met} 项"),
+    "verbs": (("is", "are"),
+              ("", "")),
+    "missed": ("; not met: ",
+               "；没有达到的："),
+    "miss": ("{what} ({value} against {threshold})",
+             "{what}（{value}，目标 {threshold}）"),
+    "between": ("; ",
+                "；"),
+    "end": (".",
+            "。"),
+    "bound": (" At batch {b}, {threshold}x would need a step of {need} ms; every linear layer once took "
+              "{ours} ms on our side and {theirs} ms on transformers', before the rest of the step.",
+              "batch {b} 要到 {threshold} 倍，一步得在 {need} 毫秒内；单是把每个线性层算一遍，"
+              "我们这边就用了 {ours} 毫秒，transformers 那边用了 {theirs} 毫秒，还没算这一步的其余部分。"),
+    "bf16": (" In bfloat16, our decode's tokens per second against our float32: {ours}; against "
+             "transformers' bfloat16: {theirs}; our float32 prefill of {longest} tokens took {prefill}x "
+             "our bfloat16 time.",
+             "用 bfloat16 时，我们 decode 每秒的 token 数相对我们的 float32：{ours}；相对 transformers 的 "
+             "bfloat16：{theirs}；{longest} 个 token 的 prefill，我们 float32 用的时间是 bfloat16 的 "
+             "{prefill} 倍。"),
+    "ratios": ("{v}x at batch {b}",
+               "batch {b} 时 {v} 倍"),
+    "compiled": (" Compiled (`--compile`), against our eager float32 steps: {ratio}, after {low} to {high} "
+                 "s of compiling in each process (torch keeps what it compiled in a cache on disk, so a "
+                 "later process compiles less).",
+                 "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}；"
+                 "每个进程先要编译 {low} 到 {high} 秒（torch 把编译结果存在磁盘缓存里，"
+                 "后来的进程编译得少）。"),
+    "graphs": (" On the graph path (`--graphs`: static buffers, nothing captured on a CPU), against our "
+               "eager float32 steps: {ratio}.",
+               "走图路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，我们 decode 每秒的 token 数相对 "
+               "eager 的 float32：{ratio}。"),
+    "eager_wins": (" Eager, the default, was the faster of the two at every batch.",
+                   "每个 batch 都是 eager（默认）更快。"),
+    "payback": (" A compiled step at batch {b} saved {saved} ms, so even the shortest compile took about "
+                "{steps} decode steps to pay back.",
+                "batch {b} 时编译后的一步省下 {saved} 毫秒，所以即使编译最快的那次，也要大约 {steps} 个 "
+                "decode 步才把编译时间挣回来。"),
+    "none": (" This run measured no bfloat16, graph-path or compiled variant.",
+             "这次运行没有测 bfloat16、图路径或编译的变体。"),
+})
 
 
 def reading(report: dict[str, Any]) -> tuple[str, str] | None:

@@ -12,22 +12,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_scripts.build.common import SNIPPETS, read_json
+from site_scripts.build.common import SNIPPETS, by_language, read_json
 
 RECORD = SNIPPETS / "suite" / "timings.json"
 SUITE_BOUND_S = 12 * 60  # the whole suite on two cores once set up
 QUICK_BOUND_S = 2 * 60  # the quick loop
 BOUNDS = {"make test": SUITE_BOUND_S, "make test-quick": QUICK_BOUND_S}
-WORDS = {
-    "en": {"head": "| Command | Wall time | Result | Bound | Within |", "yes": "yes", "no": "**no**",
-           "none": "-", "measured": "Measured on a clean clone of commit `{commit}`, {cpu}, {cores} cores, "
-           "load {before} before and {after} after, {date}, "
-           "by `python -m site_scripts.records.measure_suite`."},
-    "zh": {"head": "| 命令 | 墙钟时间 | 结果 | 上限 | 是否在上限内 |", "yes": "是", "no": "**否**",
-           "none": "-", "measured": "在提交 `{commit}` 的干净 clone 上测得：{cpu}，{cores} 个核，"
-           "负载运行前 {before}、运行后 {after}，{date}，"
-           "由 `python -m site_scripts.records.measure_suite` 测量。"},
-}
+WORDS = by_language({  # each phrase in English, then in Chinese
+    "head": ("| Command | Wall time | Result | Bound | Within |",
+             "| 命令 | 墙钟时间 | 结果 | 上限 | 是否在上限内 |"),
+    "yes": ("yes", "是"),
+    "no": ("**no**", "**否**"),
+    "none": ("-", "-"),
+    "measured": ("Measured on a clean clone of commit `{commit}`, {cpu}, {cores} cores, load {before} before "
+                 "and {after} after, {date}, by `python -m site_scripts.records.measure_suite`.",
+                 "在提交 `{commit}` 的干净 clone 上测得：{cpu}，{cores} 个核，"
+                 "负载运行前 {before}、运行后 {after}，{date}，"
+                 "由 `python -m site_scripts.records.measure_suite` 测量。"),
+})
 
 NOT_MEASURED = {"en": "No measurement is committed yet "
                       "(`python -m site_scripts.records.measure_suite` makes one).\n",
