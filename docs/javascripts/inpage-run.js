@@ -408,12 +408,13 @@
       check: element("button", { type: "button", class: "md-button md-button--primary inpage-exercise__check" }, [t("check")]),
       reset: element("button", { type: "button", class: "md-button inpage-exercise__reset" }, [t("resetExercise")]),
       solution: element("button", { type: "button", class: "md-button inpage-exercise__solution" }, [t("showSolution")]),
+      stop: element("button", { type: "button", class: "md-button inpage-exercise__stop", disabled: "" }, [t("stop")]),
       status: element("p", { class: "inpage-run__status", role: "status", text: t("kept") }),
       output: element("pre", { class: "inpage-run__output", hidden: "" }),
       answer: element("div", { class: "inpage-exercise__answer", hidden: "" }),
     };
     parts.code.value = kept(key) ?? starter;
-    const bar = element("div", { class: "inpage-run__bar" }, [parts.check, parts.reset, parts.solution]);
+    const bar = element("div", { class: "inpage-run__bar" }, [parts.check, parts.stop, parts.reset, parts.solution]);
     box.append(element("p", { class: "inpage-exercise__name" }, [element("code", { text: name })]), parts.code, bar,
       parts.status, parts.output, parts.answer);
     box.hidden = false;
@@ -423,6 +424,7 @@
 
   function wireExercise(box, parts, { lesson, key, starter }) {
     parts.code.addEventListener("input", () => keep(key, parts.code.value === starter ? null : parts.code.value));
+    parts.stop.addEventListener("click", () => stopWorker()); /* a loop that never ends ends with the worker */
     parts.reset.addEventListener("click", () => {
       if (!window.confirm(t("confirmReset"))) return;
       parts.code.value = starter;
@@ -434,6 +436,7 @@
       parts.output.textContent = "";
       parts.output.hidden = false;
       parts.check.disabled = true;
+      parts.stop.disabled = false;
       box.dataset.inpageState = "running";
       parts.status.textContent = t(session.worker ? "checking" : "loading");
       const onLine = (reply) => {
@@ -450,10 +453,12 @@
         box.dataset.inpageState = "done";
         parts.status.textContent = t("checked", { code: reply.code, total: Math.round(done - clicked), sinceOpen: Math.round(done) });
       } catch (error) {
-        box.dataset.inpageState = "failed";
-        parts.status.textContent = t("failed", { message: error.message });
+        box.dataset.inpageRunMs = String(Math.round(performance.now() - clicked));
+        box.dataset.inpageState = error.message === "stopped" ? "stopped" : "failed";
+        parts.status.textContent = error.message === "stopped" ? t("stopped") : t("failed", { message: error.message });
       } finally {
         parts.check.disabled = false;
+        parts.stop.disabled = true;
       }
     });
     parts.solution.addEventListener("click", async () => {

@@ -58,8 +58,10 @@ class TookTooLong(Exception):
 
 @contextmanager
 def time_limit(seconds: int) -> Iterator[None]:
-    """Raise :class:`TookTooLong` after ``seconds`` (on the main thread, where SIGALRM exists)."""
-    usable = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+    """Raise :class:`TookTooLong` after ``seconds`` (on the main thread, where SIGALRM exists; in the page the
+    reader's Stop button ends the worker instead)."""
+    usable = (hasattr(signal, "SIGALRM") and hasattr(signal, "alarm")  # Pyodide has the name, not the call
+              and threading.current_thread() is threading.main_thread())
     if not usable:
         yield
         return

@@ -36,7 +36,8 @@ def workbook_entry_points() -> tuple[str, ...]:
     from mini_deepinfer.workbook.lessons import EXERCISES
 
     checks = [f"mini_deepinfer/workbook/checks/{item.checks}.py" for item in EXERCISES if item.in_page]
-    return ("mini_deepinfer/workbook/checking.py", "mini_deepinfer/workbook/starter.py", *checks)
+    return ("mini_deepinfer/workbook/checking.py", "mini_deepinfer/workbook/lessons.py",
+            "mini_deepinfer/workbook/starter.py", *checks)
 ZIP_DATE = (2020, 1, 1, 0, 0, 0)  # a fixed date: the same files always give the same zip
 
 

@@ -157,7 +157,7 @@ def check_exercise_widget(widget: Locator, timeout_ms: int = RUN_TIMEOUT_MS) -> 
     widget.evaluate("box => { delete box.dataset.inpageRunMs; }")
     widget.locator(".inpage-exercise__check").click()
     widget.page.wait_for_function(
-        "box => ['done', 'failed'].includes(box.dataset.inpageState) && box.dataset.inpageRunMs",
+        "box => ['done', 'failed', 'stopped'].includes(box.dataset.inpageState) && box.dataset.inpageRunMs",
         arg=widget.element_handle(), timeout=timeout_ms,
     )
     return {
