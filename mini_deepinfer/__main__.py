@@ -15,15 +15,18 @@ from .core.engine import Engine, EngineConfig
 from .core.request import FinishReason, SamplingParams
 from .core.toy import ToyRunner
 from .core.trace import Trace, TraceEvent, format_event
-from .tools.cli import OneLineParser, UsageError, in_flag_terms, run_command
+from .tools.cli import FlagNeeds, OneLineParser, UsageError, in_flag_terms, run_command
 
 QUIET_KINDS = {"launch", "read"}  # shown only with --pipeline, where their order is the point
+FLAG_NEEDS = (FlagNeeds("--cancel-after-round", "--cancel"),)
+"""Options that change nothing without another: given alone, each is refused (``OneLineParser``)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineParser(
         prog="python -m mini_deepinfer",
-        description="Run two toy requests (next token = last input + 1) through Engine.step().")
+        description="Run two toy requests (next token = last input + 1) through Engine.step().",
+        needs=FLAG_NEEDS)
     parser.add_argument("--slots", type=int, default=8, help="KV slots in the cache (default 8)")
     parser.add_argument("--cancel", metavar="REQUEST_ID", help="cancel this request (req-0 or req-1)")
     parser.add_argument("--cancel-after-round", type=int, metavar="N",
@@ -67,11 +70,10 @@ def run(argv: list[str]) -> int:
 
 
 def check_cancel_flags(args: argparse.Namespace) -> None:
-    """``--cancel`` names one of the two requests; ``--cancel-after-round`` goes with it, from round 1 on."""
+    """``--cancel`` names one of the two requests; ``--cancel-after-round`` (given only with it:
+    ``FLAG_NEEDS``) counts from round 1 on."""
     if args.cancel not in (None, "req-0", "req-1"):
         raise UsageError(f"--cancel must be req-0 or req-1, got {args.cancel!r}")
-    if args.cancel_after_round is not None and args.cancel is None:
-        raise UsageError("--cancel-after-round is used only with --cancel")
     if args.cancel_after_round is not None and args.cancel_after_round < 1:
         raise UsageError(f"--cancel-after-round must be >= 1 (rounds are numbered from 1), "
                          f"got {args.cancel_after_round}")

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
 from mini_deepinfer.core.request import MAX_SEED, MIN_TEMPERATURE, Request, SamplingParams
 from mini_deepinfer.tools.cli import (
+    FlagNeeds,
     OneLineParser,
     UsageError,
     add_execution_options,
     argument_bytes,
     execution_choice,
     in_flag_terms,
+    printable,
     run_command,
 )
 
@@ -42,6 +44,16 @@ DEFAULT_CAPACITY = 1024
 PROMPT_FILE_LIMIT = 16 * 2**20
 """The most bytes ``--prompt-file`` reads: a larger (or endless) file is refused, not read into memory."""
 DEFAULT_DRAFT_WIDTH = 3
+DEFAULT_PREFIX_BLOCK = 64
+FLAG_NEEDS = (
+    FlagNeeds("--draft-model", "--speculative"),
+    FlagNeeds("--draft-width", "--speculative"),
+    FlagNeeds("--prefix-block", "--prefix-cache"),
+    FlagNeeds("--top-k", "--temperature", "above 0 (greedy decoding takes the most likely token)"),
+    FlagNeeds("--top-p", "--temperature", "above 0 (greedy decoding takes the most likely token)"),
+    FlagNeeds("--seed", "--temperature", "above 0 (greedy decoding draws no random numbers)"),
+)
+"""Options that change nothing without another: given alone, each is refused (``OneLineParser``)."""
 FLAGS = {"kv_capacity": "--cache-capacity", "max_num_seqs": "--max-num-seqs",
          "max_batched_tokens": "--max-batched-tokens", "pipeline": "--pipeline",
          "spec_width": "--draft-width", "prefix_block": "--prefix-block",
@@ -52,7 +64,7 @@ FLAGS = {"kv_capacity": "--cache-capacity", "max_num_seqs": "--max-num-seqs",
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="python -m mini_deepinfer.generate",
-                      description="Generate text with a local Qwen3.5 or Qwen2 checkpoint.")
+                      description="Generate text with a local Qwen3.5 or Qwen2 checkpoint.", needs=FLAG_NEEDS)
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("--model", type=Path, help="local Hugging Face checkpoint folder")
     p.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (default cpu)")
@@ -70,8 +82,8 @@ def build_parser() -> OneLineParser:
                    help=f"KV slots (token positions, all requests together; default {DEFAULT_CAPACITY})")
     p.add_argument("--temperature", type=float, default=0.0,
                    help=f"0 = greedy (default); otherwise a finite number >= {MIN_TEMPERATURE:g}")
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens, k >= 0 (0 = off)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold in (0, 1] (1 = off)")
+    p.add_argument("--top-k", type=int, help="keep the k most likely tokens, k >= 0 (0 = off)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling threshold in (0, 1] (1 = off)")
     p.add_argument("--seed", type=int,
                    help="seed of request i is SEED + i, each in 0..2**64-1 (random if omitted)")
     p.add_argument("--max-num-seqs", type=int, default=8, help="requests running at once (default 8)")
@@ -96,8 +108,9 @@ def build_parser() -> OneLineParser:
                    help=f"draft tokens per round, 1..{MAX_SPEC_WIDTH} (default {DEFAULT_DRAFT_WIDTH})")
     p.add_argument("--prefix-cache", action="store_true",
                    help="reuse the cached blocks of earlier prompts that start with the same tokens")
-    p.add_argument("--prefix-block", type=int, default=64,
-                   help="tokens per prefix-cache block, the state snapshot interval (default 64)")
+    p.add_argument("--prefix-block", type=int,
+                   help="tokens per prefix-cache block, the state snapshot interval (default "
+                        f"{DEFAULT_PREFIX_BLOCK})")
     p.add_argument("--check-greedy", action="store_true",
                    help="compare the delivered tokens with an independent plain greedy run of --model")
     return p
@@ -215,14 +228,16 @@ def resolve_options(argv: list[str]) -> Options:
     options = Options(
         model=str(a.model), device=a.device, dtype=a.dtype, prompts=prompts, raw=a.raw,
         max_new_tokens=a.max_new_tokens, ignore_eos=a.ignore_eos, cache_capacity=a.cache_capacity,
-        temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, seed=seed, max_num_seqs=a.max_num_seqs,
+        temperature=a.temperature, top_k=0 if a.top_k is None else a.top_k,
+        top_p=1.0 if a.top_p is None else a.top_p, seed=seed, max_num_seqs=a.max_num_seqs,
         max_batched_tokens=a.max_batched_tokens, chunked_prefill=a.chunked_prefill,
         stagger_prompts=a.stagger_prompts, pipeline=a.pipeline, trace_rounds=a.trace_rounds, stream=a.stream,
         cancel_after_tokens=a.cancel_after_tokens, output=str(a.output) if a.output else None,
         draft_model=str(a.draft_model) if a.speculative else None, speculative=a.speculative,
         draft_width=(a.draft_width or DEFAULT_DRAFT_WIDTH) if a.speculative else None,
         check_greedy=a.check_greedy, graphs=execution_choice(a), compile=a.compile,
-        prefix_cache=a.prefix_cache, prefix_block=a.prefix_block)
+        prefix_cache=a.prefix_cache,
+        prefix_block=DEFAULT_PREFIX_BLOCK if a.prefix_block is None else a.prefix_block)
     with in_flag_terms(FLAGS):
         options.engine_config()
         for i in range(len(prompts)):
@@ -238,11 +253,10 @@ def check_output_is_no_input(a) -> None:
 
 
 def check_speculative_flags(a) -> None:
-    """The two-model flags go together; greedy checks need greedy decoding."""
+    """``--speculative`` needs a draft (the converse is in ``FLAG_NEEDS``); greedy checks need greedy
+    decoding."""
     if a.speculative and a.draft_model is None:
         raise UsageError("--speculative needs --draft-model (a local checkpoint of the draft model)")
-    if not a.speculative and (a.draft_model is not None or a.draft_width is not None):
-        raise UsageError("--draft-model and --draft-width are used only with --speculative")
     if a.draft_width is not None and not 1 <= a.draft_width <= MAX_SPEC_WIDTH:
         raise UsageError(f"--draft-width must be an integer in 1..{MAX_SPEC_WIDTH}, got {a.draft_width}")
     if a.check_greedy and a.temperature > 0:
@@ -301,9 +315,6 @@ def load_weights(options: Options, text: Text) -> Loaded:
     device, dtype = resolve_device(options.device), resolve_dtype(options.dtype)
     start = time.perf_counter()
     target = load_checkpoint(options.model, dtype, device)
-    if text.tokenizer.vocab_size > target.config.vocab_size:
-        raise UsageError(f"tokenizer has {text.tokenizer.vocab_size} tokens but the model only "
-                         f"{target.config.vocab_size}: they do not belong together")
     draft = load_draft(options.draft_model, text, dtype, device) if options.speculative else None
     return Loaded(target, device, time.perf_counter() - start, draft)
 
@@ -503,6 +514,19 @@ def check_positions(options: Options, token_ids: list[list[int]]) -> None:
             check(len(ids) + options.max_new_tokens, config.max_position_embeddings, what, model)
 
 
+def check_vocabulary(options: Options, text: Text) -> None:
+    """Every id the tokenizer can produce, and every stop id, has a row in each model's embedding: checked
+    against ``config.json`` before the weights load (an id past it would fail inside the first forward; a
+    stop id past it would never stop a request)."""
+    for model, config in model_configs(options).items():
+        config_file = Path(model.partition(" ")[2]) / "config.json"
+        text.tokenizer.check_ids_below(config.vocab_size, str(config_file))
+        late = [i for i in text.eos_ids if not 0 <= i < config.vocab_size]
+        if late:
+            raise UsageError(f"stop id {late[0]} (eos_token_id of {options.model}) is past the vocab_size "
+                             f"{config.vocab_size} of {config_file}: no request would ever stop on it")
+
+
 def check_memory(options: Options, graphs: bool) -> None:
     """Refuse a cache larger than the device's memory in one line, before it is allocated."""
     from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
@@ -540,6 +564,7 @@ def run(argv: list[str]) -> int:
     text = load_text_layer(options)
     rids = [f"req-{i}" for i in range(len(options.prompts))]
     params = [options.sampling_params(text.eos_ids, i) for i in range(len(rids))]
+    check_vocabulary(options, text)
     token_ids = [encode_prompt(prompt, text, options) for prompt in options.prompts]
     check_positions(options, token_ids)
     graphs = graphs_to_use(options)
@@ -561,7 +586,7 @@ def run(argv: list[str]) -> int:
     out.results(engine)
     failed = [req.error for req in engine.requests.values() if req.error]
     if failed:  # the runner failed (non-finite logits, for one): the answers above are incomplete
-        print(f"error: {failed[0]}", file=sys.stderr)
+        print(f"error: {printable(failed[0])}", file=sys.stderr)
         return 2
     greedy = run_check_greedy(loaded, engine, out) if options.check_greedy else None
     if options.output:

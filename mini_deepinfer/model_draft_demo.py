@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING
 from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
 from mini_deepinfer.core.request import MAX_SEED, SamplingParams
 from mini_deepinfer.core.trace import Trace, TraceEvent, format_event, span
-from mini_deepinfer.tools.cli import OneLineParser, UsageError, in_flag_terms, run_command
+from mini_deepinfer.tools.cli import (
+    FlagNeeds,
+    OneLineParser,
+    UsageError,
+    in_flag_terms,
+    printable,
+    run_command,
+)
 
 if TYPE_CHECKING:
     from mini_deepinfer.core.engine import Engine
@@ -51,6 +58,10 @@ TARGET_SEED = 0
 PROMPT = (11, 22, 33)
 MAX_NEW_TOKENS = 12
 COLD_TOLERANCE = 1e-5  # float32, the largest difference allowed between the live and a cold cache
+DEFAULT_NOISE = 0.1
+FLAG_NEEDS = (FlagNeeds("--noise", "--write-draft"), FlagNeeds("--seed", "--write-draft"),
+              FlagNeeds("--force", "--write-draft"))
+"""Options that change nothing without another: given alone, each is refused (``OneLineParser``)."""
 
 
 @dataclass(frozen=True)
@@ -391,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m mini_deepinfer.model_draft_demo",
                       description="Speculative decoding on two random tiny Qwen3.5 models: the draft "
                                   "proposes, the target verifies, both caches are set back after a "
-                                  "rejection.")
+                                  "rejection.", needs=FLAG_NEEDS)
     p.add_argument("--cpu-example", choices=list(EXAMPLES), default="rejection",
                    help="rejection: a perturbed draft that agrees sometimes; acceptance: an exact copy; "
                         "sampling: a sampled request, accepted with probability min(1, p/q) "
@@ -402,9 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, help="write a run record (JSON) to this file")
     p.add_argument("--write-draft", nargs=2, type=Path, metavar=("TARGET_DIR", "DRAFT_DIR"),
                    help="write a perturbed copy of a checkpoint folder (a draft for it) and exit")
-    p.add_argument("--noise", type=float, default=0.1,
-                   help="with --write-draft: noise in units of each weight's std (default 0.1)")
-    p.add_argument("--seed", type=int, default=0, help="with --write-draft: noise seed (default 0)")
+    p.add_argument("--noise", type=float,
+                   help=f"with --write-draft: noise in units of each weight's std (default {DEFAULT_NOISE})")
+    p.add_argument("--seed", type=int, help="with --write-draft: noise seed (default 0)")
     p.add_argument("--force", action="store_true", help="with --write-draft: replace DRAFT_DIR")
     return p
 
@@ -412,7 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
 def check_write_draft(a: argparse.Namespace) -> None:
     """The perturbed copy needs a finite noise, a seed a generator takes, and a folder apart from its source:
     writing into the source (or a folder inside it, or one that holds it) would replace the weights it
-    reads."""
+    reads. Fills in the defaults of ``--noise`` and ``--seed``."""
+    a.noise = DEFAULT_NOISE if a.noise is None else a.noise
+    a.seed = 0 if a.seed is None else a.seed
     if not 0 <= a.noise < math.inf:  # written so that NaN fails too
         raise UsageError(f"--noise must be a finite number >= 0, got {a.noise}")
     if not 0 <= a.seed <= MAX_SEED:
@@ -431,7 +444,8 @@ def run(argv: list[str]) -> int:
         from mini_deepinfer.tools.checkpoints import write_perturbed_checkpoint
 
         changed = write_perturbed_checkpoint(*a.write_draft, noise=a.noise, seed=a.seed, force=a.force)
-        print(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their std")
+        print(printable(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their "
+                        "std"))
         return 0
     if not 1 <= a.width <= MAX_SPEC_WIDTH:
         raise UsageError(f"--width must be an integer in 1..{MAX_SPEC_WIDTH}, got {a.width}")

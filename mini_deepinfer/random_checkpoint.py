@@ -24,7 +24,7 @@ from mini_deepinfer.tools.checkpoint_options import (
     CHECKPOINT_PRESETS,
     DEFAULT_MAX_SHARD_SIZE,
 )
-from mini_deepinfer.tools.cli import OneLineParser, UsageError, run_command
+from mini_deepinfer.tools.cli import OneLineParser, UsageError, printable, run_command
 
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
@@ -74,7 +74,7 @@ def run(argv: list[str]) -> int:
     summary = write_random_checkpoint(
         args.output, args.preset, args.seed, CHECKPOINT_DTYPES[args.dtype], args.max_shard_size, args.force
     )
-    print(summary.describe())
+    print(printable(summary.describe()))
     return 0
 
 

@@ -259,7 +259,7 @@ def odd_inputs(tiny_checkpoint, tmp_path) -> dict[str, tuple[list[str], str]]:
                                                                  "'default'"),
         "interval 0": (["--model", str(interval), "--prompt", "a"], "full_attention_interval must be an "
                                                                     "integer >= 1, got 0"),
-        "seed": ([*model, "--prompt", "a", "--prompt", "b", "--seed", str(2**64 - 1)],
+        "seed": ([*model, "--prompt", "a", "--prompt", "b", "--temperature", "1", "--seed", str(2**64 - 1)],
                  f"--seed must be in 0..2**64-2 (request i gets SEED + i; 2 prompts), got {2**64 - 1}"),
         "int64": (["--model", str(int64_checkpoint(tiny_checkpoint, tmp_path / "int64")), "--prompt", "a"],
                   "weight dtype mismatch: model.embed_tokens.weight is stored as I64"),

@@ -63,6 +63,7 @@ from typing import Any
 from tqdm import tqdm
 
 from mini_deepinfer.tools.cli import (
+    FlagNeeds,
     OneLineParser,
     UsageError,
     add_execution_options,
@@ -109,8 +110,13 @@ VARIANTS: dict[str, dict[str, str]] = {
 # --8<-- [end:variants]
 
 
+FLAG_NEEDS = (FlagNeeds("--variant-batches", "--variants"),)
+"""Options that change nothing without another: given alone, each is refused (``OneLineParser``)."""
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = OneLineParser(prog="python -m mini_deepinfer.bench", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m mini_deepinfer.bench", description=__doc__.split("\n\n")[0],
+                      needs=FLAG_NEEDS)
     p.add_argument("--preset", default="qwen3.5-0.8b", choices=["tiny", "qwen3.5-0.8b", "qwen3.5-2b"],
                    help="random checkpoint shape")
     p.add_argument("--repeats", type=int, default=3, help="rounds, each running both sides once")
@@ -138,6 +144,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if too_small or args.threads < 0:
         raise UsageError("--repeats and --bandwidth-mib must be >= 1, --new-tokens and --prompt-len >= 2, "
                          "--threads >= 0")
+    from mini_deepinfer.bench.common import check_threads
+
+    check_threads(args.threads)
     from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
 
     # checked here, in the parent, so that a bad value is one line before any work starts
@@ -152,7 +161,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.variant_batches = args.variant_batches or args.batches
     if args.no_prefill:
         args.prefill = []
+    if args.side is None:  # a side is a child process of a run that checked them
+        check_sizes(args)
     return args
+
+
+def decode_tokens(batch: int, longest: int, new_tokens: int) -> int:
+    """KV slots of a decode measurement: its prompts (:func:`prompt_lengths`) and their new tokens. Past a
+    million requests the prompts are not listed: each has more than ``longest // 2`` tokens, a lower bound
+    that is enough to refuse what cannot fit."""
+    prompts = sum(prompt_lengths(batch, longest)) if batch <= 2**20 else batch * (longest // 2 + 1)
+    return prompts + batch * new_tokens
+
+
+def check_sizes(args: argparse.Namespace) -> None:
+    """Refuse, in one line and before any checkpoint is written or buffer allocated, a prompt past the
+    preset's ``max_position_embeddings`` or a buffer or cache larger than the device's memory."""
+    from mini_deepinfer.bench.common import check_cache_memory, check_preset_positions
+    from mini_deepinfer.tools.memory import device_memory, format_bytes
+
+    if args.prefill:
+        check_preset_positions(args.preset, max(args.prefill), f"--prefill {max(args.prefill)}")
+    check_preset_positions(args.preset, args.prompt_len + args.new_tokens,
+                           f"--prompt-len {args.prompt_len} with --new-tokens {args.new_tokens}")
+    memory = device_memory(args.torch_device)
+    if memory is not None and args.bandwidth_mib * 2**20 > memory[0]:
+        raise UsageError(f"--bandwidth-mib {args.bandwidth_mib} asks for a buffer of "
+                         f"{format_bytes(args.bandwidth_mib * 2**20)}; there are {format_bytes(memory[0])} "
+                         f"{memory[1]}")
+    for batch in sorted(set(args.batches) | set(args.variant_batches)):
+        kv = decode_tokens(batch, args.prompt_len, args.new_tokens)
+        check_cache_memory(args.preset, kv, batch, 1, args.torch_dtype, args.torch_device,
+                           f"--batches {batch} with --prompt-len {args.prompt_len} and --new-tokens "
+                           f"{args.new_tokens}")
+    for length in args.prefill:
+        check_cache_memory(args.preset, length + 1, 1, 1, args.torch_dtype, args.torch_device,
+                           f"--prefill {length}")
 
 
 def variant_names(text: str) -> list[str]:

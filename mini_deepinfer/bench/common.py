@@ -11,6 +11,7 @@ transformers (``bench.__main__``, which runs each side in its own process and bu
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,12 +46,21 @@ def check_common_options(args: argparse.Namespace, counts: dict[str, int | None]
     for name, value in counts.items():
         if value is not None and value < 1:
             raise UsageError(f"{name} must be >= 1, got {value}")
+    check_threads(args.threads)
     if args.output is not None:
         check_output_path(args.output)
     if args.threads is not None:
         import torch
 
         torch.set_num_threads(args.threads)
+
+
+def check_threads(threads: int | None) -> None:
+    """``--threads`` may not exceed the machine's CPUs: more threads than cores only measure the operating
+    system's scheduler (and past 2**31 torch cannot even take the number)."""
+    cpus = os.cpu_count() or 1
+    if threads is not None and threads > cpus:
+        raise UsageError(f"--threads must be at most the {cpus} CPUs of this machine, got {threads}")
 
 
 def check_cache_memory(preset: str, kv_capacity: int, state_capacity: int, caches: int, dtype: torch.dtype,

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mini_deepinfer.tools.cli import OneLineParser, UsageError, run_command
+from mini_deepinfer.tools.cli import FlagNeeds, OneLineParser, UsageError, printable, run_command
 from mini_deepinfer.tools.records import utc_now_iso
 
 STEP_TIMEOUT_S = 240
@@ -589,9 +589,14 @@ def start_run(args: Any, plan: list[Step], argv: list[str]) -> tuple[Run, dict[s
     return Run(args.output_dir, archive, manifest, manifest["wall_limit_s"], args.dry_run), provenance
 
 
+FLAG_NEEDS = (FlagNeeds("--preset", "--check-only"), FlagNeeds("--compile", "--check-only"))
+"""Options that change nothing without another: given alone, each is refused (``OneLineParser``)."""
+
+
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog="python -m mini_deepinfer.bench.gpu",
-                      description="Run every accelerator measurement of the site and write the JSON files.")
+                      description="Run every accelerator measurement of the site and write the JSON files.",
+                      needs=FLAG_NEEDS)
     p.add_argument("--device", default="cuda:0", help="cuda[:N] or npu[:N] (default cuda:0)")
     p.add_argument("--output-dir", type=Path, default=Path("gpu-results"),
                    help="where bench/, records/, logs/ and manifest.json go (default gpu-results)")
@@ -604,16 +609,16 @@ def build_parser() -> OneLineParser:
     p.add_argument("--dry-run", action="store_true",
                    help="run the plan on the cpu at the tiny shape: checks the commands, measures nothing")
     p.add_argument("--check-only", action="store_true", help="only the no-stall and graphs-vs-eager checks")
-    p.add_argument("--preset", default="small", help="--check-only: the model shape (default small)")
+    p.add_argument("--preset", help="with --check-only: the model shape (default small)")
     p.add_argument("--compile", action="store_true",
-                   help="--check-only: only the compiled step's greedy tokens against eager, in float32")
+                   help="with --check-only: only the compiled step's greedy tokens against eager, in float32")
     return p
 
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.check_only:
-        return check_only(args.device, args.output_dir, args.preset, argv, args.compile)
+        return check_only(args.device, args.output_dir, args.preset or "small", argv, args.compile)
     if args.dry_run:
         args.device = "cpu"
     p = Plan(args.device, args.output_dir, args.weights_dir, args.quick,
@@ -628,7 +633,7 @@ def run(argv: list[str]) -> int:
     run_state, provenance = start_run(args, plan, argv)
     print(format_plan(chosen, run_state.wall_s, args.dry_run), end="", flush=True)
     manifest = run_plan(run_state, chosen, provenance)
-    print(f"wrote {args.output_dir / 'manifest.json'} and {run_state.archive}")
+    print(printable(f"wrote {args.output_dir / 'manifest.json'} and {run_state.archive}"))
     ran = {s.name for s in chosen}
     return 0 if all(e["status"] == "passed" for e in manifest["steps"] if e["step"] in ran) else 1
 

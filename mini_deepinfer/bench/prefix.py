@@ -206,6 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_sizes(a: argparse.Namespace, device, dtype) -> None:
+    """Refuse, in one line and before the prompts or the model exist, a prompt past the preset's
+    ``max_position_embeddings`` or caches larger than the device's memory (the largest case: the prefix cache
+    on, with a snapshot slot per block)."""
+    longest = a.system_tokens + OWN_TOKENS
+    what = (f"--system-tokens {a.system_tokens} (plus {OWN_TOKENS} own tokens) with --new-tokens "
+            f"{a.new_tokens}")
+    common.check_preset_positions(a.preset, longest + a.new_tokens, what)
+    kv = REQUESTS * (longest + a.new_tokens)
+    common.check_cache_memory(a.preset, kv, REQUESTS + kv // BLOCK + REQUESTS, 1, dtype, device, what)
+
+
 def run(argv: list[str]) -> int:
     a = build_parser().parse_args(argv)
     common.check_common_options(a, {"--repeats": a.repeats, "--new-tokens": a.new_tokens,
@@ -215,6 +227,7 @@ def run(argv: list[str]) -> int:
     from mini_deepinfer.runtime.device import resolve_device, resolve_dtype
 
     device, dtype = resolve_device(a.device), resolve_dtype(a.dtype)
+    check_sizes(a, device, dtype)
     model = build_model(qwen3_5_config(a.preset), dtype, device, seed=SEED)
     load_before = os.getloadavg()
     runs = run_all(model, a.system_tokens, a.new_tokens, a.repeats)

@@ -39,7 +39,13 @@ from mini_deepinfer.bench.common import (
 )
 from mini_deepinfer.core.engine import EngineConfig
 from mini_deepinfer.core.request import SamplingParams
-from mini_deepinfer.tools.cli import OneLineParser, add_execution_options, execution_choice, run_command
+from mini_deepinfer.tools.cli import (
+    OneLineParser,
+    add_execution_options,
+    execution_choice,
+    printable,
+    run_command,
+)
 from mini_deepinfer.tools.records import write_record
 
 if TYPE_CHECKING:  # torch and the model load only once the flags are checked (``resolve_settings``)
@@ -534,7 +540,7 @@ def run(argv: list[str]) -> int:
         write_record(settings.output, report)
     print(format_table(report), end="")
     if settings.output is not None:
-        print(f"wrote {settings.output}")
+        print(printable(f"wrote {settings.output}"))
     passed = report["checks"]["tokens_identical"] and report["checks"]["slots_returned"]
     return 0 if passed else 1
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from mini_deepinfer.bench import common
 from mini_deepinfer.core.engine import MAX_SPEC_WIDTH, EngineConfig
 from mini_deepinfer.core.request import SamplingParams
-from mini_deepinfer.tools.cli import OneLineParser, UsageError, positive_ints, run_command
+from mini_deepinfer.tools.cli import OneLineParser, UsageError, positive_ints, printable, run_command
 from mini_deepinfer.tools.records import write_record
 
 if TYPE_CHECKING:  # torch and the models load only once the flags are checked (``resolve_settings``)
@@ -364,7 +364,7 @@ def run(argv: list[str]) -> int:
         write_record(settings.output, report)
     print(format_table(report), end="")
     if settings.output is not None:
-        print(f"wrote {settings.output}")
+        print(printable(f"wrote {settings.output}"))
     return 0 if report["checks"]["tokens_identical"] and report["checks"]["slots_returned"] else 1
 
 

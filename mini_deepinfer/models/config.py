@@ -3,8 +3,10 @@
 Scope: the two architectures the engine runs, the Qwen3.5 text model (hybrid gated attention and Gated
 DeltaNet) and Qwen2 (plain softmax attention), as frozen dataclasses; reading the real ``config.json``
 layouts (Qwen3.5's multimodal file with the text model nested under ``text_config``, the flat
-``qwen3_5_text`` file, and Qwen2's legacy or current rotary fields); derived quantities the engine needs
-(layer indices per kind, parameter count).
+``qwen3_5_text`` file, and Qwen2's legacy or current rotary fields); the range of every field the models read,
+checked in one place (:data:`FIELD_RANGES`, :func:`_check_fields`, :func:`_check_shapes`) so that a value out
+of range is one line naming the field, not an error inside the first forward pass; derived quantities the
+engine needs (layer indices per kind, parameter count).
 
 Non-scope: reading files from disk, weights, tokenizers and generation settings (the loader and the text
 module do those), and any rotary scaling other than the plain ``default`` type.
@@ -12,6 +14,8 @@ module do those), and any rotary scaling other than the plain ``default`` type.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -72,12 +76,41 @@ def _checkpoint_dtype(d: dict[str, Any]) -> str | None:
     return None if value is None else str(value)
 
 
-# --8<-- [start:check_fields]
-def _check_fields(config: Any, zero_allowed: tuple[str, ...] = ()) -> None:
-    """Each number of a config has its annotated type and is positive; one line for the first that is not.
+@dataclass(frozen=True)
+class Range:
+    """Where a number read from ``config.json`` may lie, as a message says it and as a test of the value.
+
+    Every test is written so that NaN fails it; the float ranges also refuse infinity.
+    """
+
+    words: str
+    holds: Callable[[float], bool]
+
+
+POSITIVE = Range("positive", lambda v: v > 0)
+POSITIVE_FINITE = Range("positive and finite", lambda v: 0 < v < math.inf)
+NON_NEGATIVE_FINITE = Range("finite and >= 0", lambda v: 0 <= v < math.inf)
+FRACTION = Range("in (0, 1]", lambda v: 0 < v <= 1)
+DERIVED_OR_POSITIVE = Range("positive (or 0: hidden_size / num_attention_heads)", lambda v: v >= 0)
+
+FIELD_RANGES: dict[str, Range] = {
+    "vocab_size": POSITIVE, "hidden_size": POSITIVE, "intermediate_size": POSITIVE,
+    "num_hidden_layers": POSITIVE, "num_attention_heads": POSITIVE, "num_key_value_heads": POSITIVE,
+    "head_dim": POSITIVE, "rms_norm_eps": POSITIVE_FINITE, "rope_theta": POSITIVE_FINITE,
+    "partial_rotary_factor": FRACTION, "linear_conv_kernel_dim": POSITIVE, "linear_key_head_dim": POSITIVE,
+    "linear_value_head_dim": POSITIVE, "linear_num_key_heads": POSITIVE, "linear_num_value_heads": POSITIVE,
+    "max_position_embeddings": POSITIVE, "initializer_range": NON_NEGATIVE_FINITE,
+}
+"""The range of every number a model reads (both architectures), besides the relations between fields that
+:func:`_check_shapes` checks. Qwen2's ``head_dim`` may also be 0 (derived; see ``Qwen2Config``)."""
+
+
+def _check_fields(config: Any, ranges: dict[str, Range] = FIELD_RANGES) -> None:
+    """Each field of a config has its annotated type, and each number lies in its range (``ranges``); one
+    line naming the first field that does not.
 
     ``config.json`` is read as it is, so a field of the wrong type (``"hidden_size": "abc"``) must stop here,
-    not deep inside ``torch.empty``. ``zero_allowed`` names the fields where 0 means "derive it".
+    not deep inside ``torch.empty``, and so must a value the model cannot compute with.
     """
     for f in fields(config):
         value = getattr(config, f.name)
@@ -88,9 +121,36 @@ def _check_fields(config: Any, zero_allowed: tuple[str, ...] = ()) -> None:
             if isinstance(value, bool) or not number:
                 kind = "an integer" if f.type == "int" else "a number"
                 raise ValueError(f"{f.name} must be {kind}, got {value!r}")
-            if not (value > 0 or (value == 0 and f.name in zero_allowed)):  # written so that NaN fails too
-                raise ValueError(f"{f.name} must be positive, got {value!r}")
-# --8<-- [end:check_fields]
+            if not ranges[f.name].holds(value):
+                raise ValueError(f"{f.name} must be {ranges[f.name].words}, got {value!r}")
+
+
+def _check_eos(eos: Any, vocab_size: int) -> None:
+    """``eos_token_id``: absent, or an id (or a list of ids) of the vocabulary."""
+    ids = eos if isinstance(eos, tuple) else () if eos is None else (eos,)
+    for token_id in ids:
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < vocab_size:
+            raise ValueError(f"eos_token_id must be an id in 0..{vocab_size - 1} (vocab_size {vocab_size}) "
+                             f"or a list of such ids, got {eos!r}")
+
+
+def _check_shapes(config: Any) -> None:
+    """The relations between fields that the layers rely on: heads grouped evenly, rotary dims even and at
+    most the head dim, every layer of a known kind, stop ids inside the vocabulary."""
+    if config.num_attention_heads % config.num_key_value_heads:
+        raise ValueError(f"num_attention_heads ({config.num_attention_heads}) must be a multiple of "
+                         f"num_key_value_heads ({config.num_key_value_heads})")
+    rotary = config.rotary_dim
+    if rotary < 2 or rotary % 2 or rotary > config.head_dim:
+        factor = getattr(config, "partial_rotary_factor", None)
+        source = f"head_dim {config.head_dim}" + (f" x partial_rotary_factor {factor}" if factor else "")
+        raise ValueError(f"{source} gives {rotary} rotary dims; they must be even, at least 2 and at most "
+                         "head_dim")
+    for kind in config.layer_types:
+        if kind not in (FULL_ATTENTION, LINEAR_ATTENTION):
+            raise ValueError(f"layer_types holds {kind!r}; each entry must be {FULL_ATTENTION!r} or "
+                             f"{LINEAR_ATTENTION!r}")
+    _check_eos(config.eos_token_id, config.vocab_size)
 
 
 def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
@@ -127,20 +187,16 @@ class Qwen35Config:
     checkpoint_dtype: str | None = None
 
     def __post_init__(self) -> None:
-        _check_fields(self, zero_allowed=("initializer_range",))
+        _check_fields(self)
         if not self.layer_types:
             object.__setattr__(self, "layer_types", _interval_layer_types(self.num_hidden_layers, 4))
         if len(self.layer_types) != self.num_hidden_layers:
             count, layers = len(self.layer_types), self.num_hidden_layers
             raise ValueError(f"layer_types has {count} entries but num_hidden_layers is {layers}")
-        unknown = set(self.layer_types) - {FULL_ATTENTION, LINEAR_ATTENTION}
-        if unknown:
-            expected = f"{FULL_ATTENTION} or {LINEAR_ATTENTION}"
-            raise ValueError(f"unknown layer types {sorted(unknown)}; expected {expected}")
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        _check_shapes(self)
         if self.linear_num_value_heads % self.linear_num_key_heads:
-            raise ValueError("linear_num_value_heads must be a multiple of linear_num_key_heads")
+            raise ValueError(f"linear_num_value_heads ({self.linear_num_value_heads}) must be a multiple of "
+                             f"linear_num_key_heads ({self.linear_num_key_heads})")
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> Qwen35Config:
@@ -240,11 +296,13 @@ class Qwen2Config:
     checkpoint_dtype: str | None = None
 
     def __post_init__(self) -> None:
-        _check_fields(self, zero_allowed=("head_dim", "initializer_range"))
+        _check_fields(self, {**FIELD_RANGES, "head_dim": DERIVED_OR_POSITIVE})
         if not self.head_dim:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if not self.head_dim:
+            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be at most hidden_size "
+                             f"({self.hidden_size}) when head_dim is not given")
+        _check_shapes(self)
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> Qwen2Config:

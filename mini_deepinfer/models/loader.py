@@ -94,7 +94,8 @@ class ShapeMismatchError(CheckpointError):
 
 
 class DtypeMismatchError(CheckpointError):
-    """A tensor is stored in a dtype that is not floating point (an integer or boolean weight)."""
+    """A tensor is stored in a dtype the loader does not read: not floating point (an integer or boolean
+    weight), or a floating-point format other than ``FLOAT_STORAGE`` (float8, a quantised checkpoint)."""
 
 
 FLOAT_STORAGE = ("F64", "F32", "F16", "BF16")
@@ -113,12 +114,19 @@ class LoadedModel:
     weights: str = "read from the checkpoint; not written by mini_deepinfer.random_checkpoint"
 
 
-def checkpoint_folder(path: str | Path) -> Path:
-    """Return ``path`` as a ``Path`` after checking that it is an existing folder."""
+def checkpoint_folder(path: str | Path, error: type[Exception] = CheckpointNotFoundError) -> Path:
+    """Return ``path`` as a ``Path`` after checking that it is an existing folder; ``error`` otherwise, saying
+    whether nothing is there or something that is not a folder (``config.json`` given for its folder)."""
     folder = Path(path)
-    if not folder.is_dir():
-        raise CheckpointNotFoundError(f"checkpoint folder not found: {folder}")
-    return folder
+    if folder.is_dir():
+        return folder
+    if folder.is_file():
+        raise error(f"{folder} is a file, not a checkpoint folder; give the folder that holds config.json "
+                    "and the weights")
+    if folder.exists():
+        raise error(f"{folder} is not a folder; a checkpoint is a folder that holds config.json and the "
+                    "weights")
+    raise error(f"checkpoint folder not found: {folder}")
 
 
 def read_json(path: Path, error: type[Exception] = InvalidConfigError) -> dict[str, Any]:
@@ -276,15 +284,29 @@ def index_tensors(files: Iterable[Path]) -> dict[str, TensorSource]:
                     ours = parameter_name(name)
                     if ours is not None:
                         stored = handle.get_slice(name)
-                        if stored.get_dtype() not in FLOAT_STORAGE:
-                            raise DtypeMismatchError(f"weight dtype mismatch: {ours} is stored as "
-                                                     f"{stored.get_dtype()} in {file.name}, a floating-point "
-                                                     f"dtype ({', '.join(FLOAT_STORAGE)}) is expected")
+                        check_dtype(ours, stored.get_dtype(), file)
                         check_not_stored_twice(sources, ours, file, name)
                         sources[ours] = TensorSource(file, name, tuple(stored.get_shape()))
         except (SafetensorError, OSError) as exc:
             raise CorruptWeightsError(f"corrupt or truncated weight file {file}: {exc}") from exc
     return sources
+
+
+def check_dtype(ours: str, dtype: str, file: Path) -> None:
+    """Refuse a weight stored in a dtype other than ``FLOAT_STORAGE``, saying which dtypes are read.
+
+    safetensors names floating-point formats ``F...`` (``F8_E4M3`` and ``F8_E5M2`` are float8, the dtype of
+    quantised checkpoints), integers ``I...`` and ``U...``, booleans ``BOOL``.
+    """
+    if dtype in FLOAT_STORAGE:
+        return
+    accepted = ", ".join(FLOAT_STORAGE)
+    if dtype.startswith("F"):
+        raise DtypeMismatchError(f"weight dtype mismatch: {ours} is stored as {dtype} in {file.name}, a "
+                                 f"floating-point format the loader does not read; it reads {accepted} only "
+                                 "(a quantised checkpoint must be converted first)")
+    raise DtypeMismatchError(f"weight dtype mismatch: {ours} is stored as {dtype} in {file.name}, a "
+                             f"floating-point dtype ({accepted}) is expected")
 
 
 def check_not_stored_twice(sources: dict[str, TensorSource], ours: str, file: Path, name: str) -> None:

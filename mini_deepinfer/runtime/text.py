@@ -3,7 +3,10 @@
 Scope:
 
 - ``TextTokenizer`` wraps a Hugging Face ``tokenizers.Tokenizer`` read from ``tokenizer.json``
-  (encode text to ids, decode ids to text).
+  (encode text to ids, decode ids to text). The file's ids are checked when it is read (each vocabulary id
+  belongs to one token; an added token keeps its own id) and, by ``check_ids_below``, against the model's
+  ``vocab_size`` before any weight loads: a collision would change what the model reads without a word, and
+  an id past the vocabulary would fail inside the first forward pass.
 - ``ChatTemplate`` renders the Jinja ``chat_template`` shipped in ``tokenizer_config.json`` (or in
   ``chat_template.jinja``) with jinja2, in a sandbox configured the way transformers configures it, so
   that the checkpoint's own template decides the prompt format; nothing is re-typed by hand. A template is
@@ -29,6 +32,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from mini_deepinfer.models.loader import read_generation_config, read_json
+from mini_deepinfer.models.loader import checkpoint_folder, read_generation_config, read_json
 
 REPLACEMENT_CHAR = "\ufffd"
 RENDER_SECONDS = 5.0
@@ -62,24 +66,38 @@ class TextTokenizer:
     chat template.
     """
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Tokenizer, path: Path | None = None,
+                 largest: LargestId | None = None) -> None:
+        self.tokenizer, self.path = tokenizer, path
+        self.largest = largest or _largest_in(tokenizer)
 
     @classmethod
     def from_file(cls, path: str | Path) -> TextTokenizer:
-        """Read a ``tokenizer.json`` file.
+        """Read a ``tokenizer.json`` file and check its ids (:func:`check_token_ids`).
 
         Raises:
-            TextError: the file is missing or is not a valid ``tokenizer.json``.
+            TextError: the file is missing, is not a valid ``tokenizer.json``, or gives one id to two tokens.
         """
         path = Path(path)
         if not path.is_file():
             raise TextError(f"tokenizer file not found: {path}")
         try:
-            return cls(_parse_once(path.read_bytes()))
+            tokenizer, largest = _parse_once(path.read_bytes())
+        except TokenIdError as exc:
+            raise TextError(f"{path}: {exc}") from None
         except Exception as exc:  # tokenizers raises a bare Exception for every parse error
             first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise TextError(f"corrupt tokenizer file {path}: {first_line}") from exc
+        return cls(tokenizer, path, largest)
+
+    def check_ids_below(self, vocab_size: int, model: str) -> None:
+        """Refuse a tokenizer that can produce an id the model has no embedding row for (``vocab_size`` from
+        ``model``'s ``config.json``). Counting tokens is not enough: ids may have gaps."""
+        if self.largest.token_id >= vocab_size:
+            largest = self.largest
+            raise TextError(f"{self.path or 'tokenizer'}: {largest.kind} {largest.token!r} has id "
+                            f"{largest.token_id}, but {model} has vocab_size {vocab_size}: the model has no "
+                            "embedding row for it")
 
     @property
     def vocab_size(self) -> int:
@@ -111,11 +129,80 @@ class TextTokenizer:
         return self.tokenizer.token_to_id(token)
 
 
-_parsed: OrderedDict[str, Tokenizer] = OrderedDict()
+class TokenIdError(ValueError):
+    """``tokenizer.json`` gives an id to two tokens, or an id that is not a non-negative integer."""
 
 
-def _parse_once(data: bytes) -> Tokenizer:
-    """The ``tokenizers.Tokenizer`` of a ``tokenizer.json``'s bytes, parsed once per process for equal bytes.
+@dataclass(frozen=True)
+class LargestId:
+    """The token with the largest id a tokenizer produces, and where it is listed (for messages)."""
+
+    token_id: int
+    token: str
+    kind: str = "token"
+
+
+def _largest_in(tokenizer: Tokenizer) -> LargestId:
+    """The largest id a parsed tokenizer produces (when no file was read)."""
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    token = max(vocab, key=vocab.__getitem__, default="")
+    return LargestId(vocab.get(token, -1), token)
+
+
+def _vocabulary(data: Any) -> dict[str, Any]:
+    """The model's token -> id table as the file lists it (BPE, WordPiece and WordLevel store a JSON object;
+    Unigram a list whose order gives the ids)."""
+    model = data.get("model") if isinstance(data, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        return vocab
+    if isinstance(vocab, list):
+        return {str(entry[0]) if isinstance(entry, list) and entry else str(entry): i
+                for i, entry in reversed(list(enumerate(vocab)))}
+    return {}
+
+
+def _check_id(kind: str, token: Any, token_id: Any) -> None:
+    if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+        raise TokenIdError(f"{kind} {token!r} has id {token_id!r}, not an integer >= 0")
+
+
+def check_token_ids(data: dict[str, Any], tokenizer: Tokenizer) -> LargestId:
+    """Check the ids a parsed ``tokenizer.json`` (``data``) gives; return the largest.
+
+    The ``tokenizers`` library accepts two vocabulary entries with one id (both strings then encode to it, and
+    the id decodes to one of them), and it gives an added token its own id whatever the file says. Either
+    way the ids the model receives are not the ones the file describes, and nothing says so. Refused here:
+    an id that is not an integer >= 0, two vocabulary entries with one id, an added token listed with the id
+    of another string (vocabulary entry or added token), and an added token the library reads as another id.
+
+    Raises:
+        TokenIdError: one line naming the first offending entry, in file order.
+    """
+    owner: dict[int, LargestId] = {}  # id -> the entry that has it
+    largest = LargestId(-1, "")
+    listed = [("vocabulary entry", token, token_id) for token, token_id in _vocabulary(data).items()]
+    added = [entry for entry in data.get("added_tokens") or [] if isinstance(entry, dict)]
+    listed += [("added token", entry.get("content"), entry.get("id")) for entry in added]
+    for kind, token, token_id in listed:
+        _check_id(kind, token, token_id)
+        first = owner.get(token_id)
+        if first is not None and first.token != token:
+            raise TokenIdError(f"{kind} {token!r} has id {token_id}, the id of {first.kind} {first.token!r}")
+        if kind == "added token" and tokenizer.token_to_id(token) != token_id:
+            raise TokenIdError(f"added token {token!r} has id {token_id} in the file, but the tokenizer "
+                               f"reads it as id {tokenizer.token_to_id(token)}")
+        owner[token_id] = entry = LargestId(token_id, token, kind)
+        largest = max(largest, entry, key=lambda e: e.token_id)
+    return largest
+
+
+_parsed: OrderedDict[str, tuple[Tokenizer, LargestId]] = OrderedDict()
+
+
+def _parse_once(data: bytes) -> tuple[Tokenizer, LargestId]:
+    """The ``tokenizers.Tokenizer`` of a ``tokenizer.json``'s bytes and its largest id, parsed and checked
+    (:func:`check_token_ids`) once per process for equal bytes.
 
     Parsing Qwen3.5's (248k tokens, 500k merges) takes about 0.8 s; a draft model usually ships the target's
     file byte for byte, and a process that loads a checkpoint again reads it again. The last
@@ -124,7 +211,9 @@ def _parse_once(data: bytes) -> Tokenizer:
     """
     digest = hashlib.sha256(data).hexdigest()
     if digest not in _parsed:
-        _parsed[digest] = Tokenizer.from_str(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        tokenizer = Tokenizer.from_str(text)
+        _parsed[digest] = tokenizer, check_token_ids(json.loads(text), tokenizer)
         if len(_parsed) > PARSED_TOKENIZERS:
             _parsed.popitem(last=False)
     _parsed.move_to_end(digest)
@@ -425,9 +514,7 @@ def load_text(folder: str | Path) -> tuple[TextTokenizer, ChatTemplate | None, l
     Raises:
         TextError: the folder or its ``tokenizer.json`` is missing, or a file is corrupt.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise TextError(f"checkpoint folder not found: {folder}")
+    folder = checkpoint_folder(folder, TextError)
     config_path = folder / "tokenizer_config.json"
     tokenizer_config = read_json(config_path, TextError) if config_path.is_file() else {}
     special_tokens = {key: _token_text(config_path, key, tokenizer_config.get(key))

@@ -42,6 +42,7 @@ from mini_deepinfer.models.loader import (
     SINGLE_WEIGHTS_FILE,
     TEXT_PREFIX,
     WEIGHTS_INDEX_FILE,
+    checkpoint_folder,
     expected_tensors,
 )
 from mini_deepinfer.models.presets import QWEN2_SHAPES, QWEN3_5_SHAPES, QWEN3_5_VOCAB
@@ -495,7 +496,7 @@ def write_perturbed_checkpoint(source: Path, output: Path, noise: float, seed: i
     The copy keeps the tokenizer and config, so it can serve as a draft for the source checkpoint.
     ``force`` replaces a non-empty ``output`` folder.
     """
-    source = Path(source)
+    source = checkpoint_folder(source, ValueError)
     if not (source / "config.json").is_file():
         raise ValueError(f"{source} is not a checkpoint folder (no config.json)")
     check_free_space(output, sum(f.stat().st_size for f in source.rglob("*") if f.is_file()))

@@ -3,9 +3,12 @@
 Scope: :class:`OneLineParser` (argparse that raises :class:`UsageError` instead of printing usage), the
 :func:`run_command` wrapper every command's ``main`` goes through (an input error becomes one line on stderr
 and exit code 2; Ctrl-C, SIGTERM and SIGHUP one line and exit code 128 + the signal's number, 130 for Ctrl-C,
-after every writer has removed what it left half-written; never a traceback), :func:`in_flag_terms` (the
-library's messages in the command's flag names), the ``--graphs`` / ``--eager`` pair and ``--compile``, and
-an argparse type for comma-separated numbers. Standard library only. Non-scope: what any command does.
+after every writer has removed what it left half-written; never a traceback), :func:`printable` (control
+characters in a message escaped, so that a crafted path or prompt cannot print a second, forged line),
+:func:`in_flag_terms` (the library's messages in the command's flag names), :class:`FlagNeeds` (an option
+that means something only with another, refused alone), the ``--graphs`` / ``--eager`` pair and
+``--compile``, and an argparse type for comma-separated numbers. Standard library only.
+Non-scope: what any command does.
 """
 
 from __future__ import annotations
@@ -13,16 +16,19 @@ from __future__ import annotations
 import _thread
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
-    "Interrupted", "OneLineParser", "STOP_SIGNALS", "UsageError", "add_execution_options", "argument_bytes",
-    "argument_text", "execution_choice", "in_flag_terms", "positive_ints", "run_command",
-    "stop_signals_raise",
+    "FlagNeeds", "Interrupted", "OneLineParser", "STOP_SIGNALS", "UsageError", "add_execution_options",
+    "argument_bytes", "argument_text", "check_flag_needs", "execution_choice", "in_flag_terms",
+    "positive_ints", "printable", "run_command", "stop_signals_raise",
 ]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -37,11 +43,69 @@ class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit code 2."""
 
 
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""What a terminal or a line-by-line reader of a log acts on: C0 and C1 controls (newline, carriage return,
+the escape that starts an ANSI sequence), DEL, and Unicode's line and paragraph separators."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as its Python escape (``\\n``, ``\\r``, ``\\x1b``).
+
+    A message names what the user gave (a path, a prompt file, a template, a token); printed as it is, a name
+    holding a newline would print a second line that a log reader takes for another message, and an ANSI
+    sequence would recolour or erase the terminal. Every other character, Chinese included, stays as it is.
+    """
+    return CONTROL_CHARACTERS.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+@dataclass(frozen=True)
+class FlagNeeds:
+    """``flag`` means something only when ``needs`` is given (a true or non-zero value; ``condition`` says
+    which when that is narrower). Given alone it would change nothing, and a run record would show it as if it
+    had been tuned: it is refused instead. The flag has no default in the parser (None or False), so the check
+    sees whether it was given; its default applies where it is used."""
+
+    flag: str
+    needs: str
+    condition: str = ""
+
+    def message(self) -> str:
+        return f"{self.flag} is used only with {self.needs}{' ' + self.condition if self.condition else ''}"
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def check_flag_needs(args: argparse.Namespace, table: Sequence[FlagNeeds]) -> None:
+    """Raise :class:`UsageError` for the first rule of ``table`` whose flag was given without what it needs
+    (any value counts as given, 0 included: only None and False are the parser's "not given")."""
+    for rule in table:
+        value = getattr(args, _dest(rule.flag))
+        given = value is not None and value is not False
+        if given and not getattr(args, _dest(rule.needs)):
+            raise UsageError(rule.message())
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus a message on errors; we raise, and ``run_command`` prints one line."""
+    """argparse prints usage plus a message on errors; we raise, and ``run_command`` prints one line.
+
+    ``needs`` is the command's table of options that mean something only with another (:class:`FlagNeeds`);
+    ``parse_args`` refuses each one given alone.
+    """
+
+    def __init__(self, *args: Any, needs: Sequence[FlagNeeds] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.needs = tuple(needs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        parsed = super().parse_args(args, namespace)
+        check_flag_needs(parsed, self.needs)
+        return parsed
 
 
 class Interrupted(KeyboardInterrupt):
@@ -148,7 +212,7 @@ def run_command(body: Callable[[list[str]], int], argv: Sequence[str] | None = N
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except errors as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         line, code = interrupted_line(exc)
