@@ -3,8 +3,8 @@
 Layers, lowest first: ``core`` (the scheduling core, standard library only), ``models`` (the model maths),
 ``runtime`` (what runs a model for the engine), ``tools`` (what the commands share), the commands (the
 top-level modules and ``bench``), and above them ``workbook``, which runs the lessons' own demos and
-``generate`` with a learner's functions swapped in (so it may import the commands). Every import in every module is read from the source, including imports
-inside functions, so a lazy import cannot hide an edge.
+``generate`` with a learner's functions swapped in (so it may import the commands). Every import in every
+module is read from the source, including imports inside functions, so a lazy import cannot hide an edge.
 """
 
 from __future__ import annotations

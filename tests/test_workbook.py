@@ -1,11 +1,11 @@
-"""The workbook's command line keeps its contract, and its starters are the engine's functions, bodies removed.
+"""The workbook's command line keeps its contract; its starters are the engine's functions, bodies removed.
 
-Scope: ``python -m mini_deepinfer.workbook`` ``list``, ``start``, ``check``, ``solution`` and ``run``: exit codes
-(0 holds, 1 broke, 2 bad input with one line on stderr), never overwriting a learner's file without a backup,
-``check`` never writing, the learner's exception shown with their frames only, messages in both languages; the
-starters generated from the engine's current functions (signature and docstring kept, 8 to 40 lines to write),
-titles and sections that are the lesson pages' own, the core lessons' checks running without torch, and the
-capstone. Non-scope: whether each check catches mistakes (``test_workbook_mistakes.py``,
+Scope: ``python -m mini_deepinfer.workbook`` ``list``, ``start``, ``check``, ``solution`` and ``run``: exit
+codes (0 holds, 1 broke, 2 bad input with one line on stderr), never overwriting a learner's file without a
+backup, ``check`` never writing, the learner's exception shown with their frames only, messages in both
+languages; the starters generated from the engine's current functions (signature and docstring kept, 8 to 40
+lines to write), titles and sections that are the lesson pages' own, the core lessons' checks running without
+torch, and the capstone. Non-scope: whether each check catches mistakes (``test_workbook_mistakes.py``,
 ``test_workbook_mutants.py``).
 """
 
@@ -182,8 +182,9 @@ def test_the_core_lessons_check_without_torch():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize(("environ", "lang"), [({"LANG": "zh_CN.UTF-8"}, "zh"), ({"LANG": "en_US.UTF-8"}, "en"),
-                                               ({"LC_ALL": "zh_TW", "LANG": "C"}, "zh"), ({}, "en")])
+@pytest.mark.parametrize(("environ", "lang"), [
+    ({"LANG": "zh_CN.UTF-8"}, "zh"), ({"LANG": "en_US.UTF-8"}, "en"),
+    ({"LC_ALL": "zh_TW", "LANG": "C"}, "zh"), ({}, "en")])
 def test_the_default_language_comes_from_the_locale(environ, lang):
     assert default_language(environ) == lang
 

@@ -66,5 +66,6 @@ def test_the_reference_passes_and_the_starter_fails_kindly(lesson):
 @pytest.mark.parametrize(("lesson", "index"), CASES)
 def test_the_check_rejects_a_plausible_mistake(lesson, index):
     item, wrong = exercise(lesson), mistakes_of(lesson)[index]
-    outcome = check_source(item, apply(solution_text(item, "en"), wrong.edits), FILENAME, "en")
+    text = apply(solution_text(item, "en"), wrong.edits)
+    outcome = check_source(item, text, FILENAME, "en", fail_fast=True)
     assert outcome.code == 1, f"the check let through: {wrong.why}\n" + "\n".join(outcome.lines)

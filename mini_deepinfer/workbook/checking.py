@@ -119,8 +119,13 @@ def lesson_checks(exercise: Exercise) -> list:
     return list(importlib.import_module(f"{__package__}.checks.{exercise.checks}").CHECKS)
 
 
-def check_source(exercise: Exercise, source: str, filename: str, lang: str) -> Outcome:
-    """Check the learner's text (``filename`` is how their file is named in messages and tracebacks)."""
+def check_source(exercise: Exercise, source: str, filename: str, lang: str,
+                 fail_fast: bool = False) -> Outcome:
+    """Check the learner's text (``filename`` is how their file is named in messages and tracebacks).
+
+    ``fail_fast`` stops at the first broken step, the comparison included (the tests that only ask whether a
+    wrong version fails use it; a learner is always told the first broken invariant too).
+    """
     try:
         functions = load_functions(exercise, source, filename)
     except BadFile as exc:
@@ -128,10 +133,11 @@ def check_source(exercise: Exercise, source: str, filename: str, lang: str) -> O
     except Exception as exc:  # noqa: BLE001 - the learner's file raised while it ran
         return Outcome(1, [RAISED(lang).format(lesson=exercise.lesson, name=filename),
                            *learner_traceback(exc, filename)])
-    return run_checks(exercise, Trial(functions), filename, lang)
+    return run_checks(exercise, Trial(functions), filename, lang, fail_fast)
 
 
-def run_checks(exercise: Exercise, trial: Trial, filename: str, lang: str) -> Outcome:
+def run_checks(exercise: Exercise, trial: Trial, filename: str, lang: str,
+               fail_fast: bool = False) -> Outcome:
     """Run the lesson's steps in order. The first (the comparison with the engine) does not stop the check;
     any later step that breaks does: it is the first broken invariant."""
     lines, broken, checks = [], 0, lesson_checks(exercise)
@@ -152,7 +158,7 @@ def run_checks(exercise: Exercise, trial: Trial, filename: str, lang: str) -> Ou
             link = exercise.section_link(lang, check.section or None)
             lines.append(REREAD(lang).format(lesson=exercise.lesson, link=link))
         broken += 1
-        if index > 0:
+        if index > 0 or fail_fast:
             break
     if broken:
         return Outcome(1, lines + [SOME_BROKE(lang).format(lesson=exercise.lesson, failed=broken,

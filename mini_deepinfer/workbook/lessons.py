@@ -51,10 +51,10 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         3, Words("Batching under a token budget", "在 token 预算下合批"), "lessons/03-batching",
         (f"{CORE}.batch:BatchEngine.schedule",), True,
-        Words("fill one round: first one decode token for every running request whose prompt is done (while the "
-              "budget lasts), then prompt tokens: chunked prompts already started, then waiting requests in "
-              "arrival order, admitting each before its first chunk; a request that cannot start stops the "
-              "queue.",
+        Words("fill one round: first one decode token for every running request whose prompt is done (while "
+              "the budget lasts), then prompt tokens: chunked prompts already started, then waiting requests "
+              "in arrival order, admitting each before its first chunk; a request that cannot start stops "
+              "the queue.",
               "排满一轮：先给每个 prompt 已算完的运行中请求一个 decode token（预算够就给），"
               "再排 prompt 的 token：先排已经开始分块的 prompt，再按到达顺序排等待中的请求，"
               "每条在第一块之前先准入；一条请求排不上就挡住后面的队列。"),
