@@ -212,7 +212,8 @@ def test_the_recorded_rerun_checked_the_committed_target() -> None:
 
 def test_line_ends_are_the_kind_of_token_the_draft_gets_right_most() -> None:
     """Lesson 12 says so under the agreement table; the measurements must bear it out in both languages."""
-    from site_scripts.trained.gen_trained import RANKED_KIND_TOKENS, measurements
+    from site_scripts.trained.committed import measurements
+    from site_scripts.trained.sentences import RANKED_KIND_TOKENS
 
     for lang, kinds in measurements()["agreement_by_kind"].items():
         ranked = sorted((k for k, v in kinds.items() if v["tokens"] >= RANKED_KIND_TOKENS),

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 from site_scripts.pictures.svg_figure import WIDTH, draw_svg, new_figure
-from site_scripts.trained.gen_trained import record
+from site_scripts.trained.committed import record
 
 OUTPUT_DIR = "docs/assets/pictures"
 LANGUAGES = ("zh", "en")
