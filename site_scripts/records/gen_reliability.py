@@ -5,8 +5,9 @@ Scope: writing a random ``tiny`` checkpoint and broken copies of it into a tempo
 ``common.preloaded_python``), checking that each run ends with exit code 2 and exactly one stderr line without
 a traceback, and rendering the results as a Markdown table. Paths under the
 temporary folder are shown as ``weights/...``, the machine's memory as ``<memory>``, an undecodable argument
-byte as ``$'\\xff'``. The second table lists each kind of failure the commands guard against and the test
-that holds it (``tests/test_reliability.py`` checks that every test named there exists).
+byte as ``$'\\xff'``, control characters in an argument as bash's ``$'...'`` escapes. The second table
+lists each kind of failure the commands guard against and the test that holds it
+(``tests/test_reliability.py`` checks that every test named there exists).
 Non-scope: the error messages themselves (``generate.py``, the loader, the engine) and injected runner
 failures (``tests/test_faults.py``).
 """
@@ -30,6 +31,10 @@ TORCH_VERSION = re.compile(r"\(torch [^)]*\)")  # the installed build, not part 
 MEMORY = re.compile(r"there are [0-9.]+ [KMGTP]?i?B of memory on this machine")  # differs by machine
 NOT_UTF8 = "NOT_UTF8"
 """Stands for one argument byte that is not UTF-8 (0xff): run as that byte, shown as ``$'\\xff'``."""
+FORGED = "FORGED"
+"""Stands for a newline, a forged error line and an ANSI colour escape: run as those characters, shown as
+bash's ``$'...'`` escapes."""
+FORGED_TEXT, FORGED_SHOWN = "\nerror: a forged line\x1b[31m", "$'\\nerror: a forged line\\x1b[31m'"
 
 
 def edit_config(folder: Path, change) -> None:
@@ -101,6 +106,32 @@ def index_outside(folder: Path) -> None:
     (folder / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")
 
 
+def float8_embedding(folder: Path) -> None:
+    """The token embedding stored as float8 (``F8_E4M3``), the dtype of quantised checkpoints."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    name = next(n for n in tensors if n.endswith("embed_tokens.weight"))
+    tensors[name] = tensors[name].to(torch.float8_e4m3fn)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def lying_tokenizers(root: Path) -> None:
+    """Tokenizers whose ids lie: ``"`` given the id of ``!``; ``!`` given an id past the vocabulary; the
+    added ``<|im_end|>`` listed with the id of ``!``; a stop id past the vocabulary."""
+    def vocab(change):
+        return lambda t: change(t["model"]["vocab"])
+
+    edit_json(root / "ids-collide" / "tokenizer.json", vocab(lambda v: v.update({'"': v["!"]})))
+    edit_json(root / "id-past-vocab" / "tokenizer.json", vocab(lambda v: v.update({"!": 300000})))
+    edit_json(root / "added-on-vocab-id" / "tokenizer.json",
+              lambda t: t["added_tokens"][2].update(id=t["model"]["vocab"]["!"]))
+    edit_json(root / "stop-id-past-vocab" / "generation_config.json",
+              lambda g: g.update(eos_token_id=[248046, 300000]))
+
+
 def two_copies(folder: Path) -> None:
     """The weights in two files without an index: every tensor stored twice."""
     (folder / "model.safetensors").rename(folder / "model-a.safetensors")
@@ -137,8 +168,14 @@ def prepare(root: Path) -> None:
     write_random_checkpoint(tiny, "tiny", seed=0, dtype=torch.float32)
     (root / "empty").mkdir()
     for name in ("corrupt-config", "truncated", "wrong-shapes", "wrong-type", "unknown-arch", "other-vocab",
-                 "nan-embedding", "rope-string", "interval-zero", "int64-embedding"):
+                 "nan-embedding", "rope-string", "interval-zero", "int64-embedding", "float8-embedding",
+                 "ids-collide", "id-past-vocab", "added-on-vocab-id", "stop-id-past-vocab",
+                 "rotary-past-head"):
         shutil.copytree(tiny, root / name)
+    lying_tokenizers(root)
+    float8_embedding(root / "float8-embedding")
+    edit_config(root / "rotary-past-head",
+                lambda c: c["text_config"]["rope_parameters"].update(partial_rotary_factor=2.0))
     edit_config(root / "rope-string", lambda c: c["text_config"].update(rope_parameters="default"))
     edit_config(root / "interval-zero", interval_zero)
     int64_embedding(root / "int64-embedding")
@@ -186,7 +223,7 @@ def cases() -> list[tuple[str, list[str]]]:
         ("--temperature that underflows float32", [*tiny, "--temperature", "1e-320"]),
         ("--temperature 1e-320 with a draft", [*self_draft, "--temperature", "1e-320"]),
         ("--temperature inf", [*tiny, "--temperature", "inf"]),
-        ("--seed 2**70", [*tiny, "--seed", str(2**70)]),
+        ("--seed 2**70", [*tiny, "--temperature", "0.8", "--seed", str(2**70)]),
         ("--graphs with a draft model", [*self_draft, "--graphs"]),
         ("--graphs with sampling", [*tiny, "--graphs", "--temperature", "0.8"]),
         ("--compile with --eager", [*tiny, "--compile", "--eager"]),
@@ -208,6 +245,23 @@ def cases() -> list[tuple[str, list[str]]]:
         ("--prompt-file /dev/zero", ["--model", "{w}/tiny", "--prompt-file", "/dev/zero"]),
         ("--output is the --prompt-file", ["--model", "{w}/tiny", "--prompt-file", "{w}/prompts.txt",
                                            "--output", "{w}/prompts.txt"]),
+        *lying_input_cases(),
+    ]
+
+
+def lying_input_cases() -> list[tuple[str, list[str]]]:
+    """Input that once ran silently wrong, failed late or printed a misleading or forged line."""
+    return [
+        ("tokenizer ids that collide", ["--model", "{w}/ids-collide", *PROMPT]),
+        ("tokenizer id past vocab_size", ["--model", "{w}/id-past-vocab", *PROMPT]),
+        ("added token on a vocabulary id", ["--model", "{w}/added-on-vocab-id", *PROMPT]),
+        ("stop id past vocab_size", ["--model", "{w}/stop-id-past-vocab", *PROMPT]),
+        ("partial_rotary_factor 2.0", ["--model", "{w}/rotary-past-head", *PROMPT]),
+        ("newline and ANSI escape in --model", ["--model", "{w}/missing" + FORGED, *PROMPT]),
+        ("--prefix-block without --prefix-cache", ["--model", "{w}/tiny", *PROMPT, "--prefix-block", "16"]),
+        ("--top-k with greedy decoding", ["--model", "{w}/tiny", *PROMPT, "--top-k", "5"]),
+        ("--model naming config.json", ["--model", "{w}/tiny/config.json", *PROMPT]),
+        ("weight stored as float8", ["--model", "{w}/float8-embedding", *PROMPT]),
     ]
 
 
@@ -218,7 +272,8 @@ def run_case(args: list[str], root: Path) -> tuple[int, str]:
     imported torch and nothing of this package (``common.preloaded_python``): the command runs from its
     ``main`` as a fresh one would, without paying for torch's import (1 to 1.5 s) in each of the cases.
     """
-    argv = [a.replace("{w}", str(root)).replace(NOT_UTF8, os.fsdecode(b"\xff")) for a in args]
+    argv = [a.replace("{w}", str(root)).replace(NOT_UTF8, os.fsdecode(b"\xff")).replace(FORGED, FORGED_TEXT)
+            for a in args]
     proc = preloaded_python(HIDDEN_GPU).run_module(ROOT, "mini_deepinfer.generate", *argv, timeout=TIMEOUT_S)
     err = TORCH_VERSION.sub("(torch <version>)", proc.stderr.replace(str(root), "weights"))
     err = MEMORY.sub("there are <memory> of memory on this machine", err)
@@ -235,7 +290,7 @@ def cell(text: str) -> str:
 def shown_command(args: list[str]) -> str:
     command = shlex.join(["python", "-m", "mini_deepinfer.generate",
                           *[a.replace("{w}", "weights") for a in args]])
-    return command.replace(NOT_UTF8, "$'\\xff'")
+    return command.replace(NOT_UTF8, "$'\\xff'").replace(FORGED, FORGED_SHOWN)
 
 
 def bad_inputs_table() -> str:
@@ -322,10 +377,28 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
      "tests/test_reliability.py::test_a_disk_that_fills_while_writing_is_one_line_and_leaves_no_partial_file"),
     ("Resources no machine has", "a file size limit met inside safetensors' own writer is one line too",
      "tests/test_reliability.py::test_a_file_size_limit_met_inside_safetensors_is_one_line"),
+    ("Silent garbage", "a `tokenizer.json` whose ids collide or pass `vocab_size` is refused at load",
+     "tests/test_faults_input.py::"
+     "test_a_tokenizer_whose_ids_lie_is_refused_before_the_weights_naming_the_file_and_the_entry"),
+    ("Tracebacks on odd input", "every `config.json` field a model reads is checked against its range",
+     "tests/test_faults_input.py::"
+     "test_every_field_the_models_read_is_refused_out_of_range_naming_config_json_and_the_field"),
+    ("Forged log lines", "a newline, CR or ANSI escape a user gave is escaped in every command's message",
+     "tests/test_faults_input.py::"
+     "test_a_newline_cr_or_ansi_escape_in_what_the_user_gave_is_escaped_in_every_command_s_message"),
+    ("Contradictory flags", "an option that means nothing without another is refused (one table per command)",
+     "tests/test_faults_input.py::test_an_option_that_needs_another_is_refused_alone_and_accepted_with_it"),
+    ("Resources no machine has", "every benchmark checks its sizes against positions and memory first",
+     "tests/test_faults_input.py::"
+     "test_a_benchmark_size_past_positions_or_memory_is_one_line_before_anything_is_allocated"),
+    ("Messages that mislead", "a file given as a checkpoint folder is called a file, not a missing folder",
+     "tests/test_faults_input.py::test_a_file_given_as_the_checkpoint_folder_is_called_a_file"),
+    ("Messages that mislead", "a float8 weight is refused naming the dtypes the loader reads",
+     "tests/test_faults_input.py::test_a_float8_weight_is_refused_naming_the_dtypes_the_loader_reads"),
 )
 ORDER = ("Untrusted checkpoint files", "Data lost", "Silent garbage", "Contradictory flags",
          "Resources no machine has", "Tracebacks on odd input", "Refused by mistake",
-         "Outputs that are not plain files")
+         "Outputs that are not plain files", "Forged log lines", "Messages that mislead")
 KINDS = tuple(sorted(_ROWS, key=lambda row: ORDER.index(row[0])))
 """(kind, what holds, the test that holds it): the rows of the second table, grouped by kind."""
 
