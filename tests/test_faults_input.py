@@ -119,6 +119,19 @@ def test_a_stop_id_past_the_vocabulary_is_refused_before_the_weights(tmp_path, c
     assert "stop id 9000" in err and "vocab_size 4096" in err and "config.json" in err, err
 
 
+def test_the_ids_read_without_the_merges_equal_the_whole_file_in_any_layout():
+    from mini_deepinfer.runtime.text import _ids_part
+
+    whole = json.loads((TRAINED / "tokenizer.json").read_text(encoding="utf-8"))
+    model_first = {"model": whole["model"], **{k: v for k, v in whole.items() if k != "model"}}
+    merges_first = {**whole, "model": {"merges": whole["model"]["merges"], **whole["model"]}}
+    for layout in (whole, model_first, merges_first):
+        for text in (json.dumps(layout), json.dumps(layout, indent=2, ensure_ascii=False)):
+            part = _ids_part(" \n" + text)
+            assert part["added_tokens"] == whole["added_tokens"]
+            assert list(part["model"]["vocab"].items()) == list(whole["model"]["vocab"].items())
+
+
 def test_the_trained_tokenizer_passes_the_id_checks():
     from mini_deepinfer.runtime.text import TextTokenizer
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import sys
 import time
@@ -179,22 +180,81 @@ def check_token_ids(data: dict[str, Any], tokenizer: Tokenizer) -> LargestId:
     Raises:
         TokenIdError: one line naming the first offending entry, in file order.
     """
-    owner: dict[int, LargestId] = {}  # id -> the entry that has it
-    largest = LargestId(-1, "")
-    listed = [("vocabulary entry", token, token_id) for token, token_id in _vocabulary(data).items()]
-    added = [entry for entry in data.get("added_tokens") or [] if isinstance(entry, dict)]
-    listed += [("added token", entry.get("content"), entry.get("id")) for entry in added]
-    for kind, token, token_id in listed:
-        _check_id(kind, token, token_id)
-        first = owner.get(token_id)
-        if first is not None and first.token != token:
-            raise TokenIdError(f"{kind} {token!r} has id {token_id}, the id of {first.kind} {first.token!r}")
-        if kind == "added token" and tokenizer.token_to_id(token) != token_id:
+    owner = _vocabulary_owners(_vocabulary(data))  # id -> token
+    kind = dict.fromkeys(owner, "vocabulary entry")
+    largest = LargestId(max(owner), owner[max(owner)], "vocabulary entry") if owner else LargestId(-1, "")
+    for entry in data.get("added_tokens") or []:
+        token, token_id = entry.get("content"), entry.get("id")
+        _check_id("added token", token, token_id)
+        if owner.get(token_id, token) != token:
+            raise TokenIdError(f"added token {token!r} has id {token_id}, the id of {kind[token_id]} "
+                               f"{owner[token_id]!r}")
+        if tokenizer.token_to_id(token) != token_id:
             raise TokenIdError(f"added token {token!r} has id {token_id} in the file, but the tokenizer "
                                f"reads it as id {tokenizer.token_to_id(token)}")
-        owner[token_id] = entry = LargestId(token_id, token, kind)
-        largest = max(largest, entry, key=lambda e: e.token_id)
+        owner[token_id], kind[token_id] = token, "added token"
+        if token_id > largest.token_id:
+            largest = LargestId(token_id, token, "added token")
     return largest
+
+
+def _vocabulary_owners(vocab: dict[str, Any]) -> dict[int, str]:
+    """Id -> token of a vocabulary whose ids are integers >= 0, each given once.
+
+    Checked in bulk first (a real vocabulary has a quarter of a million entries); only a vocabulary that fails
+    is walked entry by entry, to name the first entry at fault.
+    """
+    ids = list(vocab.values())
+    valid = all(type(token_id) is int for token_id in ids) and (not ids or min(ids) >= 0)
+    owners = dict(zip(ids, vocab)) if valid else {}
+    if valid and len(owners) == len(vocab):
+        return owners
+    owners = {}
+    for token, token_id in vocab.items():
+        _check_id("vocabulary entry", token, token_id)
+        if token_id in owners:
+            raise TokenIdError(f"vocabulary entry {token!r} has id {token_id}, the id of vocabulary entry "
+                               f"{owners[token_id]!r}")
+        owners[token_id] = token
+    return owners
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _members_until(text: str, pos: int, stop: str) -> tuple[dict[str, Any], int | None]:
+    """The members of the JSON object at ``text[pos]`` that come before the member ``stop``, and where
+    ``stop``'s value starts (None when the object has no such member)."""
+    members: dict[str, Any] = {}
+    pos = _SPACE.match(text, pos + 1).end()
+    while text[pos] == '"':  # a key, after "{" or ","
+        key, pos = _DECODER.raw_decode(text, pos)
+        pos = _SPACE.match(text, _SPACE.match(text, pos).end() + 1).end()  # past the colon
+        if key == stop:
+            return members, pos
+        members[key], pos = _DECODER.raw_decode(text, pos)
+        pos = _SPACE.match(text, pos).end()
+        if text[pos] == ",":
+            pos = _SPACE.match(text, pos + 1).end()
+    return members, None
+
+
+def _ids_part(text: str) -> dict[str, Any]:
+    """``added_tokens`` and ``model`` up to its ``vocab`` from a ``tokenizer.json`` the library has parsed.
+
+    ``tokenizers`` writes ``added_tokens`` before ``model``, and ``vocab`` before ``merges`` (two thirds of a
+    Qwen file): stopping after the vocabulary saves decoding the merges. A file with ``model`` first is
+    decoded whole; members of ``model`` before its ``vocab`` are decoded on the way.
+    """
+    top, at = _members_until(text, _SPACE.match(text).end(), "model")
+    if at is None or "added_tokens" not in top or text[at] != "{":
+        return json.loads(text)
+    model, at = _members_until(text, at, "vocab")
+    if at is None:
+        return json.loads(text)
+    model["vocab"] = _DECODER.raw_decode(text, at)[0]
+    return {"added_tokens": top["added_tokens"], "model": model}
 
 
 _parsed: OrderedDict[str, tuple[Tokenizer, LargestId]] = OrderedDict()
@@ -213,7 +273,7 @@ def _parse_once(data: bytes) -> tuple[Tokenizer, LargestId]:
     if digest not in _parsed:
         text = data.decode("utf-8")
         tokenizer = Tokenizer.from_str(text)
-        _parsed[digest] = tokenizer, check_token_ids(json.loads(text), tokenizer)
+        _parsed[digest] = tokenizer, check_token_ids(_ids_part(text), tokenizer)
         if len(_parsed) > PARSED_TOKENIZERS:
             _parsed.popitem(last=False)
     _parsed.move_to_end(digest)
