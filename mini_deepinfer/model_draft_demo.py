@@ -42,6 +42,7 @@ from mini_deepinfer.core.request import MAX_SEED, SamplingParams
 from mini_deepinfer.core.trace import Trace, TraceEvent, format_event, span
 from mini_deepinfer.tools.cli import (
     FlagNeeds,
+    FlagUnusedWith,
     OneLineParser,
     UsageError,
     in_flag_terms,
@@ -60,7 +61,9 @@ MAX_NEW_TOKENS = 12
 COLD_TOLERANCE = 1e-5  # float32, the largest difference allowed between the live and a cold cache
 DEFAULT_NOISE = 0.1
 FLAG_NEEDS = (FlagNeeds("--noise", "--write-draft"), FlagNeeds("--seed", "--write-draft"),
-              FlagNeeds("--force", "--write-draft"))
+              FlagNeeds("--force", "--write-draft"),
+              *(FlagUnusedWith(flag, "--write-draft")
+                for flag in ("--cpu-example", "--width", "--trace-rounds", "--output")))
 """Options that change nothing without another: given alone, each is refused (``OneLineParser``)."""
 
 
@@ -403,11 +406,11 @@ def build_parser() -> argparse.ArgumentParser:
                       description="Speculative decoding on two random tiny Qwen3.5 models: the draft "
                                   "proposes, the target verifies, both caches are set back after a "
                                   "rejection.", needs=FLAG_NEEDS)
-    p.add_argument("--cpu-example", choices=list(EXAMPLES), default="rejection",
+    p.add_argument("--cpu-example", choices=list(EXAMPLES),
                    help="rejection: a perturbed draft that agrees sometimes; acceptance: an exact copy; "
                         "sampling: a sampled request, accepted with probability min(1, p/q) "
                         "(default rejection)")
-    p.add_argument("--width", type=int, default=3,
+    p.add_argument("--width", type=int,
                    help=f"draft tokens per round, 1..{MAX_SPEC_WIDTH} (default 3)")
     p.add_argument("--trace-rounds", action="store_true", help="print every round")
     p.add_argument("--output", type=Path, help="write a run record (JSON) to this file")
@@ -447,6 +450,8 @@ def run(argv: list[str]) -> int:
         print(printable(f"wrote {a.write_draft[1]}: {changed} weight tensors with noise {a.noise:g} x their "
                         "std"))
         return 0
+    a.width = 3 if a.width is None else a.width
+    a.cpu_example = a.cpu_example or "rejection"
     if not 1 <= a.width <= MAX_SPEC_WIDTH:
         raise UsageError(f"--width must be an integer in 1..{MAX_SPEC_WIDTH}, got {a.width}")
     if a.output:

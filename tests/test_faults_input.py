@@ -269,33 +269,53 @@ NEEDS_COMMANDS = {
 VALUES = {"--draft-model": ["d"], "--draft-width": ["2"], "--prefix-block": ["16"], "--top-k": ["5"],
           "--top-p": ["0.5"], "--seed": ["3"], "--temperature": ["0.8"], "--cancel-after-round": ["2"],
           "--cancel": ["req-0"], "--noise": ["0.2"], "--write-draft": ["a", "b"], "--variant-batches": ["2"],
-          "--variants": ["ours-graphs"], "--preset": ["tiny"]}
-RULES = [(module, rule) for module in NEEDS_COMMANDS
-         for rule in importlib.import_module(module).FLAG_NEEDS]
+          "--variants": ["ours-graphs"], "--preset": ["tiny"], "--cpu-example": ["acceptance"],
+          "--width": ["2"], "--output": ["o.json"], "--archive": ["a.tar.gz"], "--weights-dir": ["w"],
+          "--steps": ["x"]}
+TABLES = {module: importlib.import_module(module).FLAG_NEEDS for module in NEEDS_COMMANDS}
+RULES = [(module, rule) for module, table in TABLES.items() for rule in table if hasattr(rule, "needs")]
+UNUSED = [(module, rule) for module, table in TABLES.items() for rule in table if hasattr(rule, "other")]
 
 
-def test_every_command_with_such_options_has_a_table_and_generate_s_holds_the_known_ones():
-    flags = {(module, rule.flag, rule.needs) for module, rule in RULES}
+def test_every_command_with_such_options_has_a_table_that_holds_the_known_ones():
+    flags = {(module, rule.flag, getattr(rule, "needs", None) or rule.other)
+             for module, table in TABLES.items() for rule in table}
     assert {("mini_deepinfer.generate", "--prefix-block", "--prefix-cache"),
             ("mini_deepinfer.generate", "--draft-width", "--speculative"),
             ("mini_deepinfer.generate", "--top-k", "--temperature"),
             ("mini_deepinfer.__main__", "--cancel-after-round", "--cancel"),
             ("mini_deepinfer.model_draft_demo", "--noise", "--write-draft"),
-            ("mini_deepinfer.bench.gpu", "--preset", "--check-only")} <= flags
+            ("mini_deepinfer.model_draft_demo", "--width", "--write-draft"),
+            ("mini_deepinfer.bench.gpu", "--preset", "--check-only"),
+            ("mini_deepinfer.bench.gpu", "--quick", "--check-only")} <= flags
+
+
+def flag_value(flag: str) -> list[str]:
+    return [flag, *VALUES.get(flag, [])]
 
 
 @pytest.mark.parametrize(("module", "rule"), RULES, ids=[f"{m.split('.')[-1]} {r.flag}" for m, r in RULES])
 def test_an_option_that_needs_another_is_refused_alone_and_accepted_with_it(module, rule):
     from mini_deepinfer.tools.cli import UsageError
 
-    base = NEEDS_COMMANDS[module]
-    alone = [*base, rule.flag, *VALUES.get(rule.flag, [])]
+    alone = [*NEEDS_COMMANDS[module], *flag_value(rule.flag)]
     with pytest.raises(UsageError) as info:
         parse(module, alone)
     message = str(info.value)
     assert message == rule.message() and rule.flag in message and rule.needs in message
-    together = parse(module, [*alone, rule.needs, *VALUES.get(rule.needs, [])])
+    together = parse(module, [*alone, *flag_value(rule.needs)])
     assert getattr(together, rule.flag.lstrip("-").replace("-", "_")) not in (None, False)
+
+
+@pytest.mark.parametrize(("module", "rule"), UNUSED, ids=[f"{m.split('.')[-1]} {r.flag}" for m, r in UNUSED])
+def test_an_option_that_means_nothing_with_another_is_refused_with_it_and_accepted_alone(module, rule):
+    from mini_deepinfer.tools.cli import UsageError
+
+    alone = [*NEEDS_COMMANDS[module], *flag_value(rule.flag)]
+    with pytest.raises(UsageError) as info:
+        parse(module, [*alone, *flag_value(rule.other)])
+    assert str(info.value) == rule.message() == f"{rule.flag} is not used with {rule.other}"
+    assert getattr(parse(module, alone), rule.flag.lstrip("-").replace("-", "_")) not in (None, False)
 
 
 @pytest.mark.parametrize("given", [["--prefix-block", "64"], ["--top-k", "0"], ["--seed", "0"]])

@@ -43,7 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mini_deepinfer.tools.cli import FlagNeeds, OneLineParser, UsageError, printable, run_command
+from mini_deepinfer.tools.cli import (
+    FlagNeeds,
+    FlagUnusedWith,
+    OneLineParser,
+    UsageError,
+    printable,
+    run_command,
+)
 from mini_deepinfer.tools.records import utc_now_iso
 
 STEP_TIMEOUT_S = 240
@@ -589,7 +596,9 @@ def start_run(args: Any, plan: list[Step], argv: list[str]) -> tuple[Run, dict[s
     return Run(args.output_dir, archive, manifest, manifest["wall_limit_s"], args.dry_run), provenance
 
 
-FLAG_NEEDS = (FlagNeeds("--preset", "--check-only"), FlagNeeds("--compile", "--check-only"))
+FLAG_NEEDS = (FlagNeeds("--preset", "--check-only"), FlagNeeds("--compile", "--check-only"),
+              *(FlagUnusedWith(flag, "--check-only")
+                for flag in ("--archive", "--weights-dir", "--quick", "--steps", "--dry-run")))
 """Options that change nothing without another: given alone, each is refused (``OneLineParser``)."""
 
 
@@ -601,7 +610,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--output-dir", type=Path, default=Path("gpu-results"),
                    help="where bench/, records/, logs/ and manifest.json go (default gpu-results)")
     p.add_argument("--archive", type=Path, help="the .tar.gz of the results (default OUTPUT_DIR.tar.gz)")
-    p.add_argument("--weights-dir", type=Path, default=Path("weights"),
+    p.add_argument("--weights-dir", type=Path,
                    help="where the random checkpoints are written (default weights)")
     p.add_argument("--quick", action="store_true",
                    help=f"fewer repeats and shorter decodes, at most {QUICK_WALL_S} s of wall time")
@@ -621,7 +630,7 @@ def run(argv: list[str]) -> int:
         return check_only(args.device, args.output_dir, args.preset or "small", argv, args.compile)
     if args.dry_run:
         args.device = "cpu"
-    p = Plan(args.device, args.output_dir, args.weights_dir, args.quick,
+    p = Plan(args.device, args.output_dir, args.weights_dir or Path("weights"), args.quick,
              DRY_RUN_SHAPES if args.dry_run else Shapes())
     names = [n.strip() for n in args.steps.split(",") if n.strip()] if args.steps else None
     plan = steps(p)

@@ -5,8 +5,9 @@ Scope: :class:`OneLineParser` (argparse that raises :class:`UsageError` instead 
 and exit code 2; Ctrl-C, SIGTERM and SIGHUP one line and exit code 128 + the signal's number, 130 for Ctrl-C,
 after every writer has removed what it left half-written; never a traceback), :func:`printable` (control
 characters in a message escaped, so that a crafted path or prompt cannot print a second, forged line),
-:func:`in_flag_terms` (the library's messages in the command's flag names), :class:`FlagNeeds` (an option
-that means something only with another, refused alone), the ``--graphs`` / ``--eager`` pair and
+:func:`in_flag_terms` (the library's messages in the command's flag names), :class:`FlagNeeds` and
+:class:`FlagUnusedWith` (an option that means something only with another, or nothing with another, refused
+where it would do nothing), the ``--graphs`` / ``--eager`` pair and
 ``--compile``, and an argparse type for comma-separated numbers. Standard library only.
 Non-scope: what any command does.
 """
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "FlagNeeds", "Interrupted", "OneLineParser", "STOP_SIGNALS", "UsageError", "add_execution_options",
-    "argument_bytes", "argument_text", "check_flag_needs", "execution_choice", "in_flag_terms",
-    "positive_ints", "printable", "run_command", "stop_signals_raise",
+    "FlagNeeds", "FlagUnusedWith", "Interrupted", "OneLineParser", "STOP_SIGNALS", "UsageError",
+    "add_execution_options", "argument_bytes", "argument_text", "check_flag_needs", "execution_choice",
+    "in_flag_terms", "positive_ints", "printable", "run_command", "stop_signals_raise",
 ]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -58,6 +59,13 @@ def printable(text: str) -> str:
     return CONTROL_CHARACTERS.sub(lambda match: repr(match.group())[1:-1], text)
 
 
+def _given(args: argparse.Namespace, flag: str) -> bool:
+    """Whether ``flag`` was given: any value counts, 0 included; None and False are the parser's "not given"
+    (a flag in a :class:`FlagNeeds` or :class:`FlagUnusedWith` table has no other default)."""
+    value = getattr(args, flag.lstrip("-").replace("-", "_"))
+    return value is not None and value is not False
+
+
 @dataclass(frozen=True)
 class FlagNeeds:
     """``flag`` means something only when ``needs`` is given (a true or non-zero value; ``condition`` says
@@ -69,21 +77,32 @@ class FlagNeeds:
     needs: str
     condition: str = ""
 
+    def broken_by(self, args: argparse.Namespace) -> bool:
+        return _given(args, self.flag) and not getattr(args, self.needs.lstrip("-").replace("-", "_"))
+
     def message(self) -> str:
         return f"{self.flag} is used only with {self.needs}{' ' + self.condition if self.condition else ''}"
 
 
-def _dest(flag: str) -> str:
-    return flag.lstrip("-").replace("-", "_")
+@dataclass(frozen=True)
+class FlagUnusedWith:
+    """``flag`` means nothing when ``other`` is given: the command then does something else, which does not
+    read it. Both given are refused, as :class:`FlagNeeds` refuses a flag given alone."""
+
+    flag: str
+    other: str
+
+    def broken_by(self, args: argparse.Namespace) -> bool:
+        return _given(args, self.flag) and _given(args, self.other)
+
+    def message(self) -> str:
+        return f"{self.flag} is not used with {self.other}"
 
 
-def check_flag_needs(args: argparse.Namespace, table: Sequence[FlagNeeds]) -> None:
-    """Raise :class:`UsageError` for the first rule of ``table`` whose flag was given without what it needs
-    (any value counts as given, 0 included: only None and False are the parser's "not given")."""
+def check_flag_needs(args: argparse.Namespace, table: Sequence[FlagNeeds | FlagUnusedWith]) -> None:
+    """Raise :class:`UsageError` for the first rule of ``table`` that the given flags break."""
     for rule in table:
-        value = getattr(args, _dest(rule.flag))
-        given = value is not None and value is not False
-        if given and not getattr(args, _dest(rule.needs)):
+        if rule.broken_by(args):
             raise UsageError(rule.message())
 
 
@@ -94,7 +113,7 @@ class OneLineParser(argparse.ArgumentParser):
     ``parse_args`` refuses each one given alone.
     """
 
-    def __init__(self, *args: Any, needs: Sequence[FlagNeeds] = (), **kwargs: Any) -> None:
+    def __init__(self, *args: Any, needs: Sequence[FlagNeeds | FlagUnusedWith] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.needs = tuple(needs)
 
