@@ -388,6 +388,9 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
      "test_a_newline_cr_or_ansi_escape_in_what_the_user_gave_is_escaped_in_every_command_s_message"),
     ("Contradictory flags", "an option that means nothing without another is refused (one table per command)",
      "tests/test_faults_input.py::test_an_option_that_needs_another_is_refused_alone_and_accepted_with_it"),
+    ("Contradictory flags", "an option that means nothing with another is refused (the same tables)",
+     "tests/test_faults_input.py::"
+     "test_an_option_that_means_nothing_with_another_is_refused_with_it_and_accepted_alone"),
     ("Resources no machine has", "every benchmark checks its sizes against positions and memory first",
      "tests/test_faults_input.py::"
      "test_a_benchmark_size_past_positions_or_memory_is_one_line_before_anything_is_allocated"),
