@@ -194,8 +194,8 @@ def test_the_check_comes_before_anything_is_created_or_installed(target: str) ->
     check = first(r"\bPYTHON_FLOOR\b|need Python")
     assert check < first(r" -m venv ") < first(r"pip install \"torch==") < first(r"pip install -e")
     if target == "test":  # only the tests read the sdist
-        assert first(r"pip install -e") < first(r"-m site_scripts\.fetch_sdist ")
-        assert first(r"-m site_scripts\.fetch_sdist ") < first(r"DEEPINFER_SDIST=/\S+ \S+ -m pytest")
+        assert first(r"pip install -e") < first(r"-m site_scripts\.build\.fetch_sdist ")
+        assert first(r"-m site_scripts\.build\.fetch_sdist ") < first(r"DEEPINFER_SDIST=/\S+ \S+ -m pytest")
 
 
 # -- the floor ---------------------------------------------------------------------------------------------
