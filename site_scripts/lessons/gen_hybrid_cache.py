@@ -13,7 +13,6 @@ Non-scope: slot accounting (the engine's ``SlotPool``), bfloat16 tolerances (the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -25,6 +24,7 @@ from mini_deepinfer.models.presets import qwen3_5_config
 from mini_deepinfer.runtime.staging import batch_from_sequences
 from mini_deepinfer.tools.checkpoints import preset
 from site_scripts.build.common import run_module
+from site_scripts.lessons.gen_qwen35_layers import bucket  # lesson 6's buckets of differences
 
 PRESETS = ("qwen3.5-0.8b", "qwen3.5-2b")
 DTYPES = (torch.float32, torch.bfloat16)
@@ -39,18 +39,6 @@ SCHEDULES: dict[str, tuple[list[int], set[int]]] = {  # label -> (chunk sizes, c
     "13, 13, 14": ([13, 13, 14], set()),
     "5, 7, 1, 27, reset at 2nd": ([5, 7, 1, 27], {1}),
 }
-FLOOR_EXPONENT = -5
-
-
-def bucket(diff: float) -> str:
-    """``< 1e-k`` for the smallest k with ``diff < 10**-k``; below 1e-5 (0 included) it is ``< 1e-5``.
-
-    The floor keeps the text stable: below 1e-5 the digits depend on the CPU's float32 summation order.
-    """
-    exponent = math.floor(math.log10(diff)) + 1 if diff > 0 else FLOOR_EXPONENT
-    return f"< 1e{max(exponent, FLOOR_EXPONENT)}"
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Part 1: sizes.
 # ---------------------------------------------------------------------------------------------------------
