@@ -14,7 +14,7 @@ import pytest
 
 from mini_deepinfer.generate import main
 from mini_deepinfer.tools.records import RECORD_KEYS
-from site_scripts.records.gen_reliability import edit_config, nan_embedding
+from site_scripts.records.broken_checkpoints import edit_config, nan_embedding
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,7 +234,7 @@ def test_a_temperature_that_would_underflow_is_refused_on_both_paths(tiny_checkp
 
 
 def int64_checkpoint(tiny_checkpoint, folder):
-    from site_scripts.records.gen_reliability import int64_embedding
+    from site_scripts.records.broken_checkpoints import int64_embedding
 
     shutil.copytree(tiny_checkpoint, folder)
     int64_embedding(folder)
@@ -243,7 +243,7 @@ def int64_checkpoint(tiny_checkpoint, folder):
 
 def odd_inputs(tiny_checkpoint, tmp_path) -> dict[str, tuple[list[str], str]]:
     """(arguments, expected message) of each odd input; every one is refused before any weight is read."""
-    from site_scripts.records.gen_reliability import interval_zero
+    from site_scripts.records.broken_checkpoints import interval_zero
 
     rope, interval = tmp_path / "rope", tmp_path / "interval"
     for folder in (rope, interval):

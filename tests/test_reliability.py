@@ -449,7 +449,7 @@ def test_a_prompt_past_max_position_embeddings_is_refused_before_the_weights_loa
     from mini_deepinfer.bench import rounds, speculative
     from mini_deepinfer.generate import main as generate_main
     from mini_deepinfer.models import loader
-    from site_scripts.records.gen_reliability import edit_config
+    from site_scripts.records.broken_checkpoints import edit_config
 
     folder = tmp_path / "short"
     shutil.copytree(tiny_checkpoint, folder)

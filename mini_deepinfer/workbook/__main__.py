@@ -1,6 +1,7 @@
 """``python -m mini_deepinfer.workbook``: write the engine yourself, lesson by lesson, and check it.
 
-Scope: the five commands and their files: ``list`` (one line per exercise: lesson, function, ``page`` or
+Scope: the five commands and their files (``start`` and ``solution`` also take ``all``, every lesson in
+turn): ``list`` (one line per exercise: lesson, function, ``page`` or
 ``local``), ``start N`` (write the starter, never over a learner's file unless ``--force``, which keeps a
 backup), ``check N`` (0 every check holds, 1 one broke, 2 bad input), ``solution N`` (print the engine's
 function; ``--write`` puts it in the learner's file, keeping a backup) and ``run -- FLAGS`` (the capstone:
@@ -48,7 +49,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                        ("check", "run lesson N's checks on your functions"),
                        ("solution", "print the reference (the engine's own function)")):
         sub = commands.add_parser(name, help=text)
-        sub.add_argument("lesson", type=int_lesson, metavar="N", help="the lesson, 1 to 15")
+        if name == "check":
+            sub.add_argument("lesson", type=int_lesson, metavar="N", help="the lesson, 1 to 15")
+        else:
+            sub.add_argument("lesson", type=lessons_or_all, metavar="N",
+                             help="the lesson, 1 to 15, or all (every lesson in turn)")
         sub.add_argument("--dir", default=DEFAULT_DIR, help=f"the workbook folder (default {DEFAULT_DIR}/)")
         sub.add_argument("--lang", choices=LANGUAGES, help="language of messages (default: from the locale)")
         if name == "start":
@@ -63,6 +68,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.lang = args.lang or default_language()
     return args
+
+
+def lessons_or_all(text: str) -> list[int]:
+    """``all`` -> every lesson; a number -> that lesson (as :func:`int_lesson` checks it)."""
+    return [item.lesson for item in EXERCISES] if text == "all" else [int_lesson(text)]
+
+
+def each_lesson(command):
+    """Run ``command(args)`` for each lesson that ``args.lesson`` lists; the largest exit code wins."""
+    def run(args: argparse.Namespace) -> int:
+        codes = [command(argparse.Namespace(**{**vars(args), "lesson": lesson})) for lesson in args.lesson]
+        return max(codes)
+    return run
 
 
 def int_lesson(text: str) -> int:
@@ -170,7 +188,8 @@ def main_body(argv: list[str]) -> int:
             return run_capstone(Path(args.dir), args.generate, args.lang)
         except LearnerRaised as exc:
             return show_raised(exc, Path(args.dir), args.lang)
-    return {"start": start, "check": check, "solution": solution}[args.command](args)
+    commands = {"start": each_lesson(start), "check": check, "solution": each_lesson(solution)}
+    return commands[args.command](args)
 
 
 def main(argv: list[str] | None = None) -> int:

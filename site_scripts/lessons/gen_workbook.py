@@ -23,10 +23,8 @@ python -m mini_deepinfer.workbook check 3 || echo "exit code $?"
 python -m mini_deepinfer.workbook solution 3 --write
 python -m mini_deepinfer.workbook check 3"""
 CAPSTONE = """WORKBOOK=$(mktemp -d)
-for n in $(seq 1 15); do  # every lesson's starter, then the engine's own function in its place
-  python -m mini_deepinfer.workbook start "$n" --dir "$WORKBOOK" > /dev/null
-  python -m mini_deepinfer.workbook solution "$n" --dir "$WORKBOOK" --write > /dev/null
-done
+python -m mini_deepinfer.workbook start all --dir "$WORKBOOK" > /dev/null  # every lesson's starter,
+python -m mini_deepinfer.workbook solution all --dir "$WORKBOOK" --write > /dev/null  # then the engine's own
 python -m mini_deepinfer.workbook run --dir "$WORKBOOK" -- --model trained/target \\
   --draft-model trained/draft --speculative --stream --raw --prompt $'KING.\\n' \\
   --max-new-tokens 40 --check-greedy"""
