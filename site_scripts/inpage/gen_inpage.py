@@ -31,7 +31,7 @@ ROWS = {
         "exercise": "Workbook exercise ({page}), new tab: page opened to the first check's result "
                     "(loads the runtime; the starter, exit code {code})",
         "measured": "Measured with",
-        "measured_value": "{runtime}, {browser} (headless), {server}, {cpus} CPUs ({system}), "
+        "measured_value": "{runtime}, {browser} (headless), {server}, {cpus} CPUs, {cpu} ({system}), "
                           "commit {commit}; by `python -m site_scripts.inpage.inpage_measure`",
     },
     "zh": {
@@ -46,8 +46,8 @@ ROWS = {
         "exercise": "练习册练习（{page}），新标签页：打开页面到第一次检查出结果（要加载运行时；起步代码，"
                     "退出码 {code}）",
         "measured": "测量环境",
-        "measured_value": "{runtime}，{browser}（无头），{server}，{cpus} 个 CPU（{system}），提交 {commit}；"
-                          "由 `python -m site_scripts.inpage.inpage_measure` 测得",
+        "measured_value": "{runtime}，{browser}（无头），{server}，{cpus} 个 CPU，{cpu}（{system}），"
+                          "提交 {commit}；由 `python -m site_scripts.inpage.inpage_measure` 测得",
     },
 }
 
@@ -68,7 +68,8 @@ def measured_command(record: dict[str, Any]) -> str:
 def timings_table(record: dict[str, Any] | None = None, lang: str = "en") -> str:
     """The table: one row per figure, then the machine, browser, runtime and commit it was measured on."""
     record = record if record is not None else read_json(RECORD)
-    first, repeat, machine, words = record["first_run"], record["repeat_run"], record["machine"], ROWS[lang]
+    first, repeat, words = record["first_run"], record["repeat_run"], ROWS[lang]
+    machine = {"cpu": "CPU model not recorded", **record["machine"]}
     size = record["site_bytes_added"]
     rows = [
         (words["size"], words["size_value"].format(mb=size / 1_000_000, size=size)),

@@ -226,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     from site_scripts.build.fetch_pyodide import read_pin
+    from training.record import cpu_model
 
     parser = argparse.ArgumentParser(prog="python -m site_scripts.inpage.inpage_measure",
                                      description=__doc__.splitlines()[0])
@@ -246,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         if watch.external:
             sys.stderr.write(f"inpage_measure: requests to other hosts: {watch.external}\n")
             return 1
-    record["machine"] = {"cpus": os.cpu_count(), "system": platform.system(), "browser": _chromium_version(),
+    record["machine"] = {"cpus": os.cpu_count(), "cpu": cpu_model(), "system": platform.system(),
+                         "browser": _chromium_version(),
                          "server": "python http.server on 127.0.0.1"}
     record["runtime"] = f"pyodide {read_pin()['version']}"
     record["commit"] = commit
