@@ -187,15 +187,3 @@ def test_the_core_lessons_check_without_torch():
     ({"LC_ALL": "zh_TW", "LANG": "C"}, "zh"), ({}, "en")])
 def test_the_default_language_comes_from_the_locale(environ, lang):
     assert default_language(environ) == lang
-
-
-@pytest.mark.slow
-def test_the_capstone_runs_generate_with_the_learners_functions_and_checks_greedy(tmp_path):
-    assert main(["start", "all", "--dir", str(tmp_path)]) == 0
-    assert main(["solution", "all", "--dir", str(tmp_path), "--write"]) == 0
-    assert sorted(p.name for p in tmp_path.glob("lesson_*.py")) == [item.file_name for item in EXERCISES]
-    done = run_cli("run", "--dir", str(tmp_path), "--lang", "en", "--", "--model", "trained/target",
-                   "--draft-model", "trained/draft", "--speculative", "--raw", "--prompt", "ACT I.",
-                   "--max-new-tokens", "12", "--check-greedy")
-    assert done.returncode == 0, done.stderr
-    assert "All fifteen are yours" in done.stdout and "match a plain greedy run" in done.stdout

@@ -203,6 +203,8 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
      "tests/test_reliability.py::test_an_output_that_is_the_prompt_file_is_refused_and_the_prompts_stay"),
     ("Data lost", "SIGTERM or SIGHUP while a checkpoint is written leaves no hidden `.partial-` folder",
      "tests/test_reliability.py::test_sigterm_or_sighup_while_a_checkpoint_is_written_leaves_nothing_behind"),
+    ("Data lost", "training: a full disk or Ctrl-C leaves each model folder whole or as it was",
+     "tests/test_training_errors.py::test_a_model_folder_is_replaced_whole_or_not_at_all"),
     ("Silent garbage", "`--write-draft` refuses noise that makes a weight non-finite, writing nothing",
      "tests/test_reliability.py::test_write_draft_refuses_noise_that_makes_weights_non_finite_and_writes_nothing"),
     ("Silent garbage", "a tensor that two weight files hold is refused, naming both",
@@ -229,6 +231,10 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     ("Tracebacks on odd input", "every `config.json` field a model reads is checked against its range",
      "tests/test_faults_input.py::"
      "test_every_field_the_models_read_is_refused_out_of_range_naming_config_json_and_the_field"),
+    ("Tracebacks on odd input", "training: a substituted corpus archive is one line, exit 2, before any use",
+     "tests/test_training_errors.py::test_a_substituted_archive_is_one_line_and_exit_2"),
+    ("Tracebacks on odd input", "training: a missing OpenCC is one line naming the `.[train]` extra",
+     "tests/test_training_errors.py::test_a_missing_opencc_is_one_line_naming_the_extra"),
     ("Forged log lines", "a newline, CR or ANSI escape a user gave is escaped in every command's message",
      "tests/test_faults_input.py::"
      "test_a_newline_cr_or_ansi_escape_in_what_the_user_gave_is_escaped_in_every_command_s_message"),
