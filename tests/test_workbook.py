@@ -187,3 +187,16 @@ def test_the_core_lessons_check_without_torch():
     ({"LC_ALL": "zh_TW", "LANG": "C"}, "zh"), ({}, "en")])
 def test_the_default_language_comes_from_the_locale(environ, lang):
     assert default_language(environ) == lang
+
+
+@pytest.mark.parametrize("lesson", range(1, 16))
+def test_every_hint_line_of_a_chinese_starter_fits_100_columns_on_screen(lesson):
+    """A Chinese character takes two columns: the hints are wrapped by what the screen shows, not by count."""
+    import unicodedata
+
+    def columns(line: str) -> int:
+        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
+
+    lines = starter_text(exercise(lesson), "zh").splitlines()
+    hints = [line for line in lines if line.lstrip().startswith("#")]
+    assert hints and max(map(columns, hints)) <= 100, max(hints, key=columns)

@@ -15,7 +15,9 @@ import ast
 import builtins
 import importlib
 import inspect
+import re
 import textwrap
+import unicodedata
 from importlib.util import resolve_name
 
 from .exercise import Exercise, resolve
@@ -97,9 +99,26 @@ def imports_for(exercise: Exercise) -> list[str]:
     return ["from __future__ import annotations", "", *sorted(plain), *([""] if plain else []), *froms]
 
 
+def _columns(text: str) -> int:
+    """Columns ``text`` takes on screen: a wide (CJK) character two, any other one."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` cut where a line may break: at spaces, and between wide characters (Chinese has no spaces)."""
+    return re.findall(r"[^\s\u2e80-\uffef]+\s*|[\u2e80-\uffef]\s*|\s+", text)
+
+
 def _comment(text: str, indent: str) -> list[str]:
-    return textwrap.wrap(text, WIDTH - len(indent) - 2, initial_indent=f"{indent}# ",
-                         subsequent_indent=f"{indent}#   ")
+    """``text`` as comment lines of at most ``WIDTH`` columns, counted as the screen counts them (textwrap
+    counts characters, and a Chinese character takes two columns)."""
+    lines, line = [], f"{indent}# "
+    for piece in _pieces(text):
+        if _columns(line + piece.rstrip()) > WIDTH and line.strip() not in ("#", ""):
+            lines.append(line.rstrip())
+            line = f"{indent}#   "
+        line += piece
+    return [*lines, line.rstrip()]
 
 
 def starter_function(exercise: Exercise, target: str, lang: str) -> str:
