@@ -134,39 +134,35 @@ def browser(profile: Path, watch: Watch) -> Iterator[BrowserContext]:
             context.close()
 
 
-def run_widget(widget: Locator, timeout_ms: int = RUN_TIMEOUT_MS) -> dict[str, Any]:
-    """Click a widget's Run button and wait for the run to end; return its output, state and timings."""
+def _click_and_wait(widget: Locator, button: str, timeout_ms: int) -> dict[str, Any]:
+    """Click ``button`` in the widget, wait until its run has ended; its output, state, exit code and timings
+    (``since_open_ms``: from the page's opening, recorded by a workbook exercise's check only)."""
     widget.evaluate("box => { delete box.dataset.inpageRunMs; }")
-    widget.locator(".inpage-run__run").click()
+    widget.locator(button).click()
     widget.page.wait_for_function(
         "box => ['done', 'failed', 'stopped'].includes(box.dataset.inpageState) && box.dataset.inpageRunMs",
         arg=widget.element_handle(), timeout=timeout_ms,
     )
+    number = lambda name: int(widget.get_attribute(name) or -1)  # noqa: E731 - four reads of one kind
     return {
         "state": widget.get_attribute("data-inpage-state"),
         "output": widget.locator(".inpage-run__output").text_content() or "",
-        "first_ms": int(widget.get_attribute("data-inpage-first-ms") or -1),
-        "run_ms": int(widget.get_attribute("data-inpage-run-ms") or -1),
+        "first_ms": number("data-inpage-first-ms"),
+        "run_ms": number("data-inpage-run-ms"),
+        "since_open_ms": number("data-inpage-since-open-ms"),
         "code": widget.get_attribute("data-inpage-code"),
     }
+
+
+def run_widget(widget: Locator, timeout_ms: int = RUN_TIMEOUT_MS) -> dict[str, Any]:
+    """Click a widget's Run button and wait for the run to end; return its output, state and timings."""
+    return _click_and_wait(widget, ".inpage-run__run", timeout_ms)
 
 
 def check_exercise_widget(widget: Locator, timeout_ms: int = RUN_TIMEOUT_MS) -> dict[str, Any]:
     """Click a workbook exercise's Check button and wait for the check to end; return its output, exit code
-    and timings (``since_open_ms``: from the page's opening to the check's result)."""
-    widget.evaluate("box => { delete box.dataset.inpageRunMs; }")
-    widget.locator(".inpage-exercise__check").click()
-    widget.page.wait_for_function(
-        "box => ['done', 'failed', 'stopped'].includes(box.dataset.inpageState) && box.dataset.inpageRunMs",
-        arg=widget.element_handle(), timeout=timeout_ms,
-    )
-    return {
-        "state": widget.get_attribute("data-inpage-state"),
-        "output": widget.locator(".inpage-run__output").text_content() or "",
-        "run_ms": int(widget.get_attribute("data-inpage-run-ms") or -1),
-        "since_open_ms": int(widget.get_attribute("data-inpage-since-open-ms") or -1),
-        "code": widget.get_attribute("data-inpage-code"),
-    }
+    and timings."""
+    return _click_and_wait(widget, ".inpage-exercise__check", timeout_ms)
 
 
 def open_page(context: BrowserContext, url: str) -> Page:

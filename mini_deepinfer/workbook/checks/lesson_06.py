@@ -26,9 +26,9 @@ from .torch_scenes import (
     THE_ENGINE,
     Ask,
     Served,
-    first_token_difference,
     one_thread,
     serve,
+    served_like_engine,
     tensor_difference,
     tiny_qwen35,
 )
@@ -99,24 +99,8 @@ def heads() -> list[tuple[torch.Tensor, torch.Tensor]]:
     return found
 
 
-LOGITS_DIFFER = Words("request {request}, token {index}: your logits differ from the engine's by up to "
-                      "{diff:.2e}",
-                      "请求 {request} 的第 {index} 个 token：你的 logits 与引擎的相差最多 {diff:.2e}")
-
-
 def same_as_engine(trial) -> Words | None:
-    for scene in (decode, speculative):
-        want, got = trial.engine(scene).tokens, trial.learner(scene).tokens
-        differs = first_token_difference(scene.__name__, want, got)
-        if differs is not None:
-            return differs
-    want, got = trial.engine(decode).logits, trial.learner(decode).logits
-    for rid, rows in want.items():
-        for index, (a, b) in enumerate(zip(rows, got[rid])):
-            diff = (a - b).abs().max().item()
-            if not diff <= 1e-5:
-                return LOGITS_DIFFER.format(request=rid, index=index, diff=diff)
-    return None
+    return served_like_engine(trial, (decode, speculative), (decode,), atol=1e-5)
 
 
 OF_SHAPE = Words("the step with leading dims {shape}, {part}", "前导维度为 {shape} 的一步，{part}")

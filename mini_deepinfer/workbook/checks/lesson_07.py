@@ -25,9 +25,9 @@ from .torch_scenes import (
     THE_ENGINE,
     Ask,
     Served,
-    first_token_difference,
     one_thread,
     serve,
+    served_like_engine,
     tensor_difference,
     tiny_qwen35,
 )
@@ -89,23 +89,8 @@ def conv_calls() -> list[dict[str, object]]:
     return found
 
 
-LOGITS_OF = Words("{scene}, request {request}, the logits of token {index}",
-                  "{scene}，请求 {request} 第 {index} 个 token 的 logits")
-
-
 def same_as_engine(trial) -> Words | None:
-    for scene in ENGINE_SCENES:
-        want, got = trial.engine(scene), trial.learner(scene)
-        differs = first_token_difference(scene.__name__, want.tokens, got.tokens)
-        if differs is not None:
-            return differs
-        for rid, rows in want.logits.items():
-            for index, (a, b) in enumerate(zip(rows, got.logits.get(rid, []))):
-                what = LOGITS_OF.format(scene=scene.__name__, request=rid, index=index)
-                differs = tensor_difference(what, THE_ENGINE, a, b)
-                if differs is not None:
-                    return differs
-    return None
+    return served_like_engine(trial, ENGINE_SCENES, ENGINE_SCENES, atol=1e-5)
 
 
 CALL = Words("{batch} sequence(s), {length} new inputs, {part}", "{batch} 条序列、{length} 个新输入，{part}")

@@ -207,3 +207,28 @@ def fill(template: Words, **values: object) -> Words:
 
 
 THE_ENGINE = Words("the engine's", "引擎的结果")
+
+
+LOGITS_OF = Words("{scene}, request {request}, the logits of token {index}",
+                  "{scene}：请求 {request} 第 {index} 个 token 的 logits")
+
+
+def served_like_engine(trial, scenes: Sequence[Callable], logits_of: Sequence[Callable],
+                       atol: float = 1e-5) -> Words | None:
+    """Each scene's tokens equal the engine's, then the logits of the scenes in ``logits_of``: the first
+    step of the lessons whose function runs inside the model (a served run: ``serve``)."""
+    for scene in scenes:
+        want, got = trial.engine(scene).tokens, trial.learner(scene).tokens
+        differs = first_token_difference(scene.__name__, want, got)
+        if differs is not None:
+            return differs
+    for scene in logits_of:
+        got = trial.learner(scene).logits
+        for rid, rows in trial.engine(scene).logits.items():
+            for index, (want_row, got_row) in enumerate(zip(rows, got.get(rid, []))):
+                what = LOGITS_OF.format(scene=scene.__name__, request=rid, index=index)
+                differs = tensor_difference(what, THE_ENGINE, want_row, got_row, atol)
+                if differs is not None:
+                    return differs
+    return None
+
