@@ -188,13 +188,20 @@ print(json.dumps({"results": results, "torch": "torch" in sys.modules}))
 """
 
 
-def test_every_command_a_page_runs_needs_only_the_shipped_files(tmp_path: Path) -> None:
+def run_shipped(script: str, tmp_path: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (its ``sys.argv[1]``: the unzipped engine) with no site-packages and no repository on
+    the path, as the page's worker has only the shipped files."""
     inpage_bundle.write_zip(tmp_path / "engine.zip")
     with zipfile.ZipFile(tmp_path / "engine.zip") as zipped:
         zipped.extractall(tmp_path / "engine")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SHIPPED_RUNS, str(tmp_path / "engine")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", script, str(tmp_path / "engine")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_every_command_a_page_runs_needs_only_the_shipped_files(tmp_path: Path) -> None:
+    proc = run_shipped(SHIPPED_RUNS, tmp_path)
     report = json.loads(proc.stdout.splitlines()[-1])
     assert [r["code"] for r in report["results"]] == [0, 0, 0, 0, 2] and report["torch"] is False
     assert all(r["table"] for r in report["results"][:4])
@@ -219,15 +226,45 @@ print(json.dumps({"codes": codes, "torch": "torch" in sys.modules}))
 
 
 def test_every_in_page_exercise_checks_with_only_the_shipped_files(tmp_path: Path) -> None:
-    inpage_bundle.write_zip(tmp_path / "engine.zip")
-    with zipfile.ZipFile(tmp_path / "engine.zip") as zipped:
-        zipped.extractall(tmp_path / "engine")
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", SHIPPED_EXERCISES, str(tmp_path / "engine")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    proc = run_shipped(SHIPPED_EXERCISES, tmp_path)
     report = json.loads(proc.stdout.splitlines()[-1])
     in_page = [str(item.lesson) for item in EXERCISES if item.in_page]
     assert report == {"codes": dict.fromkeys(in_page, [1, 0]), "torch": False}
+
+
+# Flags a reader may type into a Run box, together covering every option each command's --help lists.
+PAGE_FLAGS = {"mini_deepinfer": ["--slots 12", "--cancel req-0", "--cancel req-1 --cancel-after-round 2",
+                                 "--pipeline", "--pipeline --cancel req-0", "--pipeline --slots 8"],
+              "mini_deepinfer.pipeline_demo": ["--toy", "--toy --pipeline", "--toy --max-batched-tokens 5",
+                                               "--toy --kv-slots 40 --max-num-seqs 2",
+                                               "--toy --no-chunked-prefill --max-batched-tokens 18"]}
+
+
+@pytest.mark.parametrize("command", sorted(PAGE_FLAGS))
+def test_every_flag_the_help_lists_runs_in_the_page_with_its_table(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each option of the command's --help, run as the worker runs it with the table the lesson's box asks for
+    (the round table: a reader may add --pipeline in the box), ends with exit code 0 and a table."""
+    import importlib
+
+    from site_scripts.inpage import inpage_worker
+
+    module = importlib.import_module(inpage_worker.COMMANDS[command])
+    parser = module.build_parser() if hasattr(module, "build_parser") else None
+    if parser is None:
+        with pytest.raises(SystemExit):
+            module.parse_args(["--help"])
+        options = set(re.findall(r"(--[\w-]+)", capsys.readouterr().out)) - {"--help"}
+    else:
+        options = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
+        options -= {"--help"}
+    used = {word for flags in PAGE_FLAGS[command] for word in flags.split() if word.startswith("--")}
+    assert options <= used, f"--help lists {sorted(options - used)}, which no case here runs"
+    table = "rounds" if command == "mini_deepinfer" else "abc-rounds"
+    for flags in PAGE_FLAGS[command]:
+        result = json.loads(inpage_worker.run_command(flags, table, command))
+        assert result["code"] == 0 and result["table"], (flags, capsys.readouterr().err)
 
 
 def test_help_prints_the_usage_and_exits_0_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:

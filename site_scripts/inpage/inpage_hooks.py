@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:  # MkDocs loads a hook by its path; `mike deploy` 
 
 from site_scripts.build.fetch_pyodide import default_dest, is_unpacked, read_pin  # noqa: E402
 from site_scripts.inpage.inpage_bundle import bundle_files, write_zip  # noqa: E402
-from site_scripts.inpage.inpage_worker import COMMANDS, EDITABLE, NEEDS_TORCH  # noqa: E402
+from site_scripts.inpage.inpage_worker import COMMANDS, EDITABLE, NEEDS_TORCH, table_for  # noqa: E402
 
 RUNTIME_ENV = "MINI_DEEPINFER_PYODIDE"
 ASSETS = Path("assets") / "inpage"
@@ -147,7 +147,7 @@ def _widget_for(lang: str, text: str, files: str, page_table: str) -> tuple[str,
         name, flags = command["command"], command["flags"].strip()
         if name in NEEDS_TORCH and NEEDS_TORCH[name] not in flags.split():
             return None  # without that flag the command loads torch: the page cannot run it
-        table = "in-flight" if "--pipeline" in flags.split() else COMMAND_TABLES.get(name, page_table)
+        table = table_for(flags.split(), COMMAND_TABLES.get(name, page_table))
         return marker("command", flags, files, table, name), True
     if lang == "pycon" and is_core_only(code := session_code(text)):
         return marker("session", code, files), False

@@ -110,6 +110,13 @@ def exit_code(error: SystemExit) -> int:
     return 1
 
 
+def table_for(argv: list[str], table: str) -> str:
+    """The table a run of these flags gets: a cross-round run (``--pipeline``) reads each round one step
+    late, so it gets the rounds in flight, whatever table its page shows; any other run the one asked for.
+    The page's markers (``inpage_hooks``) choose by the same rule; a reader may add ``--pipeline``."""
+    return "in-flight" if "--pipeline" in argv else table
+
+
 def run_command(flags: str, table: str = "", command: str = "mini_deepinfer") -> str:
     """Run ``python -m COMMAND FLAGS``; return JSON ``{"code": exit code, "table": ... or null}``.
 
@@ -134,7 +141,7 @@ def run_command(flags: str, table: str = "", command: str = "mini_deepinfer") ->
     except Exception as error:  # the reader's edit broke something: show it as Python would
         _print_traceback(error, skip=2)
         code = 1
-    rows = render_table(table, run) if run.engines and table else None
+    rows = render_table(table_for(argv, table), run) if run.engines and table else None
     return json.dumps({"code": code, "table": rows})
 
 
