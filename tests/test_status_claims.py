@@ -39,6 +39,8 @@ STALE_PHRASES = [
     r"has not been measured yet", r"not been measured on a GPU", r"until it has been measured",
     r"还没有任何 Ascend 910C、GPU", r"只有 CPU 的记录", r"还没有测", r"收益还没有测量", r"在 GPU 上测过",
     r"Ascend 910C、GPU 或真实权重的运行记录",
+    r"runs on CPU with random weights\.", r"在 CPU 上用随机权重检查", r"every model had random weights",
+    r"所有模型都是随机权重",
 ]
 
 
@@ -81,7 +83,15 @@ def test_the_sentences_name_what_the_committed_records_hold() -> None:
     assert "NVIDIA H200 at commit `207e234` (eager)" in gpu
     assert "graph execution has never run on a CUDA GPU" in gpu
     assert "nothing has run on an Ascend NPU" in gpu
-    assert "every model had random weights" in gen_status.records_sentence("en")
+    assert "only the measurement of the trained models used trained weights" in gen_status.records_sentence("en")
+
+
+def test_the_trained_models_measurement_counts_as_a_cpu_file_on_trained_weights() -> None:
+    trained = [run for run in gen_status.runs() if run.kind == "trained"]
+    assert [run.name for run in trained] == ["measurements.json"], trained
+    assert not trained[0].random_weights and trained[0].device_type == "cpu"
+    assert "1 measurement of the trained models" in gen_status.records_sentence("en")
+    assert "1 份训练模型的测量" in gen_status.records_sentence("zh")
 
 
 def _folders_with(tmp_path: Path, extra: dict) -> tuple[Path, Path]:

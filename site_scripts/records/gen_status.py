@@ -31,7 +31,10 @@ README_BLOCK = re.compile(r"(<!-- status:records -->\n)(.*?)(\n<!-- /status:reco
 KIND = {
     "record": ("run record", "run records", "份运行记录"),
     "bench": ("benchmark report", "benchmark reports", "份基准报告"),
+    "trained": ("measurement of the trained models", "measurements of the trained models", "份训练模型的测量"),
 }
+# the committed measurement of the two trained models (python -m training.measure): CPU, their own weights
+TRAINED_MEASUREMENTS = (ROOT / "trained" / "measurements.json",)
 MODE = {
     "eager": ("eager", "eager 执行"),
     "graphs": ("graphs captured", "捕获了图"),
@@ -98,7 +101,15 @@ def runs() -> list[Run]:
     for path in sorted(BENCH.rglob("*.json")):
         if path.name != "provenance.json":
             found.append(_run(path, "bench", _provenance(path.parent, "reports").get(path.name, {})))
+    found.extend(_trained(path) for path in TRAINED_MEASUREMENTS if path.exists())
     return [run for run in found if run is not None]
+
+
+def _trained(path: Path) -> Run:
+    """A measurement of the committed trained models: it ran on a CPU (the record names which) in eager mode,
+    on the trained weights, never random ones."""
+    data = read_json(path)
+    return Run(path.name, "trained", "cpu", data["cpu"], data["commit"][:7], "eager", random_weights=False)
 
 
 def _count(items: Iterable[Run], lang: str) -> str:
@@ -109,7 +120,7 @@ def _count(items: Iterable[Run], lang: str) -> str:
         n = sum(r.kind == kind for r in items)
         if n:
             parts.append(f"{n} {zh}" if lang == "zh" else f"{n} {one if n == 1 else many}")
-    return ("、" if lang == "zh" else " and ").join(parts)
+    return "、".join(parts) if lang == "zh" else _joined(parts, lang)
 
 
 def _groups(items: Iterable[Run]) -> dict[tuple[str, str, str, str], list[Run]]:
@@ -184,15 +195,28 @@ def records_sentence(lang: str) -> str:
     """All committed files in one sentence: CPU, accelerators, what never ran, and the weights."""
     items = runs()
     cpu = [r for r in items if r.device_type == "cpu"]
-    random = all(r.random_weights for r in items)
+    weights = _weights(items, lang)
     if lang == "zh":
-        weights = "所有模型都是随机权重" if random else "有的模型用了真实权重"
         ran = "；".join([f"CPU 上的 {_count(cpu, lang)}", *_ran(items, lang)])
         return f"仓库里已提交的有：{ran}；{_joined([*_never(items, lang), weights], lang)}。\n"
-    weights = "every model had random weights" if random else "some models had real weights"
     ran = "; ".join([f"{_count(cpu, lang)} from a CPU", *_ran(items, lang)])
     rest = _joined([*_never(items, lang), weights], lang)
     return f"Committed so far: {ran}. {rest[0].upper()}{rest[1:]}.\n"
+
+
+def _weights(items: list[Run], lang: str) -> str:
+    """Which files ran random weights and which trained ones, by kind: ``every model had random weights``
+    while no file used trained weights."""
+    trained = [r for r in items if not r.random_weights]
+    if not trained:
+        return "所有模型都是随机权重" if lang == "zh" else "every model had random weights"
+    kinds = [kind for kind in KIND if any(r.kind == kind for r in trained)]
+    if lang == "zh":
+        named = "和".join(KIND[kind][2].removeprefix("份") for kind in kinds)
+        return f"只有{named}用的是训练过的权重，其余都是随机权重"
+    named = " and ".join(KIND[kind][1] if sum(r.kind == kind for r in trained) > 1 else KIND[kind][0]
+                         for kind in kinds)
+    return f"only the {named} used trained weights, every other file random ones"
 
 
 def readme_blocks_current() -> dict[str, bool]:
