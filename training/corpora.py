@@ -29,6 +29,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache" / "corpora"
@@ -203,6 +204,17 @@ class Corpus:
     held_out: dict[str, list[str]]
     unseen: dict[str, list[str]]
     sources: dict[str, str]
+
+
+def describe_corpus(corpus: Corpus, cache: Path | None = None) -> dict[str, Any]:
+    """What the corpora hold: each archive's size in bytes, the documents of each part per language, and the
+    first line (the title) of each held-out English document (a whole play)."""
+    cache = CACHE if cache is None else cache
+    return {"archive_bytes": {a.file: (cache / a.file).stat().st_size for a in ARCHIVES},
+            "held_out_every": HELD_OUT_EVERY,
+            "documents": {part: {lang: len(docs) for lang, docs in getattr(corpus, part).items()}
+                          for part in ("train", "held_out", "unseen")},
+            "held_out_titles_en": [d.split("\n", 1)[0] for d in corpus.held_out["en"]]}
 
 
 def load_corpus(cache: Path | None = None) -> Corpus:

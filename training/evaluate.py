@@ -93,10 +93,16 @@ def acceptance(target, draft, prompts: Sequence[list[int]], width: int, temperat
 
 
 # --8<-- [start:distinct_4grams]
+def distinct_4gram_counts(tokens: Sequence[int]) -> dict[str, int]:
+    """How many of a text's 4-grams there are, and how many of them are distinct."""
+    grams = [tuple(tokens[i: i + 4]) for i in range(len(tokens) - 3)]
+    return {"distinct": len(set(grams)), "fourgrams": len(grams)}
+
+
 def distinct_4grams(tokens: Sequence[int]) -> float:
     """The share of distinct 4-grams among a text's 4-grams: 1 when no run of 4 tokens occurs twice."""
-    grams = [tuple(tokens[i: i + 4]) for i in range(len(tokens) - 3)]
-    return round(len(set(grams)) / len(grams), 3)
+    counts = distinct_4gram_counts(tokens)
+    return round(counts["distinct"] / counts["fourgrams"], 3)
 # --8<-- [end:distinct_4grams]
 
 

@@ -3,6 +3,7 @@
 Usage::
 
     python -m training.measure [FOLDER]   # default trained/; writes FOLDER/measurements.json
+    python -m training.measure --part repetition_sampled   # only that part, the rest of the record kept
 
 Run once after ``python -m training`` (it needs the corpora in ``.cache/corpora/`` for the held-out prompts
 and the corpus-only draft's weights in ``.cache/train-run/``). Everything runs on the CPU, one thread, float32
@@ -14,6 +15,9 @@ computation on the bfloat16 weights, through this engine (``runtime.factory.buil
 * width 4 at temperatures 0.6 and 1.0 (seeded);
 * wall time and tokens per second of plain and speculative decoding (median of three runs);
 * repetition: distinct 4-grams among the 4-grams of 200 greedy tokens (the first three prompts);
+* the same counts for 200 sampled tokens at lesson 8's settings, several seeds each, beside greedy
+  (``repetition_sampled``), and the size of the corpora and of their held-out parts (``corpora``): the parts
+  ``--part`` measures alone, each with its own CPU, threads, torch and commit;
 * which tokens the draft predicts as the target does, by kind (line end, punctuation, Chinese character,
   English word), on the target's own greedy text.
 
@@ -36,7 +40,15 @@ import torch
 
 from mini_deepinfer.core.request import SamplingParams
 from mini_deepinfer.tools.cli import OneLineParser
-from training.evaluate import NEW_TOKENS, SEED, acceptance, agreement_by_kind, decode, distinct_4grams
+from training.evaluate import (
+    NEW_TOKENS,
+    SEED,
+    acceptance,
+    agreement_by_kind,
+    decode,
+    distinct_4gram_counts,
+    distinct_4grams,
+)
 from training.record import cpu_model, git_commit, write_json
 from training.run import OUTPUT, RUN_CACHE, command
 
@@ -45,14 +57,21 @@ TEMPERATURES = (0.0, 0.6, 1.0)
 PROMPTS_PER_LANGUAGE = 6
 REPETITION_TOKENS = 200
 REPETITION_PROMPTS = 3
+SAMPLED = {  # lesson 8's sampled settings (snippets/trained/sampling.txt), as SamplingParams fields
+    "temperature 0.8": {"temperature": 0.8},
+    "temperature 1.5": {"temperature": 1.5},
+    "temperature 1.5, top-k 5": {"temperature": 1.5, "top_k": 5},
+    "temperature 1.5, top-p 0.5": {"temperature": 1.5, "top_p": 0.5},
+}
+SAMPLED_SEEDS = (0, 1, 2, 3, 4)
 
 
-def held_out_prompts() -> dict[str, list[str]]:
+def held_out_prompts(corpus=None) -> dict[str, list[str]]:
     """Prompts from the held-out split: the opening of a speech of a held-out play (up to and including
     the speaker's name), and the title and author of a held-out poem."""
     from training.corpora import load_corpus
 
-    held = load_corpus().held_out
+    held = (corpus or load_corpus()).held_out
     prompts: dict[str, list[str]] = {"en": [], "zh": []}
     play = "\n".join(held["en"])
     speakers = [i for i, line in enumerate(play.split("\n")) if _is_speaker(line)]
@@ -131,6 +150,58 @@ def greedy_text(folder: Path, target, tokenizer, prompts: dict[str, list[list[in
     return {"repetition": repetition, "agreement_by_kind": agreement}
 
 
+def provenance() -> dict[str, Any]:
+    """Where a part of the record was measured: the CPU, the threads, torch and the commit."""
+    return {"cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "commit": git_commit()}
+
+
+def repetition_runs(target, prompts: list[list[int]], fields: dict[str, Any], seeds: tuple[int, ...]
+                    ) -> list[dict[str, Any]]:
+    """Distinct and all 4-grams of ``REPETITION_TOKENS`` tokens (eos ignored) after each prompt, per seed."""
+    runs = []
+    for i, prompt in enumerate(prompts):
+        for seed in seeds:
+            params = SamplingParams(max_new_tokens=REPETITION_TOKENS, ignore_eos=True, seed=seed, **fields)
+            runs.append({"prompt": i, "seed": seed,
+                         **distinct_4gram_counts(decode(target, None, prompt, 0, params)["tokens"])})
+    return runs
+
+
+def repetition_sampled(target, prompts: dict[str, list[list[int]]]) -> dict[str, Any]:
+    """Repetition of greedy text beside sampled text at each of ``SAMPLED``'s settings, as counts."""
+    part: dict[str, Any] = {**provenance(), "new_tokens": REPETITION_TOKENS, "ignore_eos": True,
+                            "prompts": REPETITION_PROMPTS, "seeds": list(SAMPLED_SEEDS),
+                            "settings": {"greedy": {}, **SAMPLED}}
+    for lang, ps in prompts.items():
+        firsts = ps[:REPETITION_PROMPTS]
+        part[lang] = {"greedy": repetition_runs(target, firsts, {}, (0,))}
+        for name, fields in SAMPLED.items():
+            part[lang][name] = repetition_runs(target, firsts, fields, SAMPLED_SEEDS)
+        print("repetition_sampled", lang, part[lang], flush=True)
+    return part
+
+
+def later_parts(folder: Path, names: list[str], target=None) -> dict[str, Any]:
+    """The parts ``--part`` measures alone (``PARTS``), each with its own provenance."""
+    from mini_deepinfer.runtime.text import TextTokenizer
+    from training.corpora import describe_corpus, load_corpus
+
+    torch.set_num_threads(1)
+    corpus = load_corpus()
+    found: dict[str, Any] = {}
+    if "corpora" in names:
+        found["corpora"] = {**provenance(), **describe_corpus(corpus)}
+    if "repetition_sampled" in names:
+        tokenizer = TextTokenizer.from_file(folder / "target" / "tokenizer.json")
+        prompts = {lang: [tokenizer.encode(t) for t in ts] for lang, ts in held_out_prompts(corpus).items()}
+        found["repetition_sampled"] = repetition_sampled(target or load(folder / "target"), prompts)
+    return found
+
+
+PARTS = ("repetition_sampled", "corpora")
+
+
 def measure(folder: Path) -> dict[str, Any]:
     """Every figure of ``measurements.json``, in its order."""
     from mini_deepinfer.runtime.text import TextTokenizer
@@ -151,6 +222,7 @@ def measure(folder: Path) -> dict[str, Any]:
                        for lang, ps in prompts.items()}
     print("speed", record["speed"], flush=True)
     record.update(greedy_text(folder, target, tokenizer, prompts))
+    record.update(later_parts(folder, list(PARTS), target))
     return record
 
 
@@ -158,14 +230,32 @@ def body(argv: list[str]) -> int:
     parser = OneLineParser(prog="python -m training.measure", description=__doc__.split("\n")[0])
     parser.add_argument("folder", nargs="?", type=Path, default=OUTPUT,
                         help="folder with target/ and draft/ (default trained/); gets measurements.json")
-    folder = parser.parse_args(argv).folder
+    parser.add_argument("--part", choices=PARTS, action="append",
+                        help="measure only this part (repeatable) and write it into the existing "
+                        "measurements.json, every other part kept as it is")
+    args = parser.parse_args(argv)
+    folder = args.folder
     for name in ("target", "draft"):
         if not (folder / name / "config.json").is_file():
             raise ValueError(f"no trained {name} in {folder}: {folder / name / 'config.json'} is missing "
                              "(train them first: python -m training)")
+    if args.part:
+        return write_parts(folder, args.part)
     record = measure(folder)
     write_json(folder / "measurements.json", record)
     print(json.dumps({k: record[k] for k in ("widths", "drafts", "speed", "repetition")}, ensure_ascii=False))
+    return 0
+
+
+def write_parts(folder: Path, names: list[str]) -> int:
+    """Measure ``names`` and write them into ``folder/measurements.json``, which must exist already."""
+    path = folder / "measurements.json"
+    if not path.is_file():
+        raise ValueError(f"--part adds to {path}, which is missing (measure everything first: "
+                         "python -m training.measure)")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record.update(later_parts(folder, names))
+    write_json(path, record)
     return 0
 
 
