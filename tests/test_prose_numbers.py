@@ -1,7 +1,8 @@
 """Measured numbers that a page's prose repeats are the numbers of a generated table.
 
 Scope: every number written in the running text of a page (outside included snippets) with a unit of
-time, speed, bandwidth or ratio (``ms``, ``毫秒``, ``×``, ``tok/s``, ``GB/s``, ``TB/s``) and at least two
+time, speed, bandwidth, size or ratio (``ms``, ``毫秒``, ``s``, ``秒``, ``min``, ``minutes``, ``分钟``,
+``MB``, ``GiB``, ``×``, ``tok/s``, ``GB/s``, ``TB/s``) and at least two
 significant digits: it must appear, at the precision the page writes it, in a table or text under
 ``snippets/`` (which the generators write and ``test_snippets_current`` keeps current). Non-scope: numbers
 in included snippets (they are generated), one-digit numbers such as "1 ms" (too common to trace), numbers
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MEASURED = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(?:ms|毫秒|×|tok/s|GB/s|TB/s)")
+MEASURED = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*"
+                      r"(?:ms|毫秒|×|tok/s|GB/s|TB/s|s\b|秒|min\b|minutes?\b|分钟|[KMG]i?B\b)")
 DECIMAL = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -65,3 +67,9 @@ def test_a_number_found_nowhere_is_caught() -> None:
     generated = generated_numbers()
     assert is_generated("11.86", generated)
     assert not is_generated("11.87", generated)
+
+
+def test_seconds_minutes_and_megabytes_in_prose_are_measured_numbers(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("took 838 s (about 14 minutes), 约 838 秒, 90 MB, 3.5 GiB, 12 min\n", encoding="utf-8")
+    assert [n for _, n in prose_numbers(page)] == ["838", "14", "838", "90", "3.5", "12"]

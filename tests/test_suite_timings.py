@@ -32,3 +32,12 @@ def test_the_table_says_which_runs_kept_their_bound_in_both_languages() -> None:
     assert "| `make test-quick` | 60 s (1.0 min) | 1 passed | 120 s (2.0 min) | yes |" in english
     assert "| **否** |" in chinese and "| 是 |" in chinese
     assert "commit `0123456`" in english and "Some CPU, 2 cores" in english
+
+
+def test_the_note_says_whether_pip_s_cache_served_the_set_up_and_how_long_one_tokenizer_build_took() -> None:
+    cached = {**record(60, 60), "pip_cache": True, "tokenizer_build_s": 2.53}
+    english, chinese = timings_table(cached, "en"), timings_table(cached, "zh")
+    assert "served by pip's cache" in english and "took 2.53 s there" in english
+    assert "用了 pip 的缓存" in chinese and "用了 2.53 秒" in chinese
+    assert "pip's cache off" in timings_table({**cached, "pip_cache": False}, "en")
+    assert "pip" not in timings_table(record(60, 60), "en"), "an older record says nothing of pip's cache"

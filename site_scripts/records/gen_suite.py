@@ -29,6 +29,16 @@ WORDS = by_language({  # each phrase in English, then in Chinese
                  "在提交 `{commit}` 的干净 clone 上测得：{cpu}，{cores} 个核，"
                  "负载运行前 {before}、运行后 {after}，{date}，"
                  "由 `python -m site_scripts.records.measure_suite` 测量。"),
+    "pip_cache": ("`make setup` there was served by pip's cache, so its time is that of a later set-up, "
+                  "not of a first one (which downloads every dependency).",
+                  "那里的 `make setup` 用了 pip 的缓存，所以它的时间是之后再装一次的时间，不是第一次安装"
+                  "（第一次要下载所有依赖）的时间。"),
+    "no_pip_cache": ("`make setup` there ran with pip's cache off: every dependency was downloaded.",
+                     "那里的 `make setup` 关掉了 pip 的缓存：所有依赖都是下载的。"),
+    "tokenizer": ("One build of the Qwen3.5 tokenizer (what the suite's tokenizer cache saves for each "
+                  "random checkpoint it writes) took {seconds} s there.",
+                  "在那台机器上，构建一次 Qwen3.5 分词器（测试套件的分词器缓存为它写的每个随机 checkpoint "
+                  "省下的时间）用了 {seconds} 秒。"),
 })
 
 NOT_MEASURED = {"en": "No measurement is committed yet "
@@ -61,7 +71,18 @@ def timings_table(record: dict[str, Any] | None = None, lang: str = "en") -> str
     note = words["measured"].format(commit=record["commit"][:7], cpu=record["cpu"], cores=record["cores"],
                                     before=record["load_1m"]["before"], after=record["load_1m"]["after"],
                                     date=record["date"])
-    return f"{words['head']}\n|---|---:|---|---:|---|\n" + "".join(rows) + f"\n{note}\n"
+    table = f"{words['head']}\n|---|---:|---|---:|---|\n" + "".join(rows)
+    return f"{table}\n{note}{_setting(record, lang)}\n"
+
+
+def _setting(record: dict[str, Any], lang: str) -> str:
+    """What the record says of pip's cache and of one tokenizer build, where it says it."""
+    words, said = WORDS[lang], []
+    if "pip_cache" in record:
+        said.append(words["pip_cache"] if record["pip_cache"] else words["no_pip_cache"])
+    if "tokenizer_build_s" in record:
+        said.append(words["tokenizer"].format(seconds=record["tokenizer_build_s"]))
+    return "".join((" " if lang == "en" else "") + sentence for sentence in said)
 
 
 OUTPUTS = {

@@ -4,15 +4,16 @@ Scope: clone the repository's ``HEAD`` into a scratch folder outside it, run ``m
 part of ``make test``: ``.venv``, torch and every dependency from pip's cache, DeepInfer's sdist, Pyodide),
 then ``make test`` (every test, on the two workers; the set-up is then already done) and ``make test-quick``,
 each timed by the wall clock, and write what was measured to ``snippets/suite/timings.json``: each command's
-wall time, exit status and pytest's closing line, the commit, the CPU model (``lscpu``), its cores, and the
-load average before and after. ``site_scripts/records/gen_suite.py`` renders the table the contributing page
-shows.
+wall time, exit status and pytest's closing line, the commit, the CPU model (``lscpu``), its cores, the load
+average before and after, whether pip's cache served ``make setup``, and how long one build of the Qwen3.5
+tokenizer takes (what the suite's tokenizer cache saves for each random checkpoint it writes).
+``site_scripts/records/gen_suite.py`` renders the table the contributing page shows.
 
 Usage: ``python -m site_scripts.records.measure_suite [--output PATH]`` (about 15 minutes on two cores; CI's
 own run of ``make test`` is the other place the figure shows, in its log's slowest tests).
 
-Non-scope: the first set-up on a machine with nothing cached (it downloads about a gigabyte; the contributing
-page states the one measured), and any single test's time (``--durations`` lists those).
+Non-scope: the first set-up on a machine with nothing cached (it downloads every dependency; its time is the
+network's, and no record holds one), and any single test's time (``--durations`` lists those).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mini_deepinfer.tools.tokenizer_files import build_tokenizer
 from training.record import cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,16 +56,37 @@ def timed(command: str, cwd: Path) -> dict[str, Any]:
             "tail": proc.stdout[-1500:] if proc.returncode else ""}
 
 
+def tokenizer_build_s(repeats: int = 3) -> float:
+    """The median wall time of building the Qwen3.5 tokenizer from its ranks, in this process."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        build_tokenizer("qwen3.5")
+        times.append(time.perf_counter() - started)
+    return round(statistics.median(times), 2)
+
+
+def pip_cache_used() -> bool:
+    """Whether pip may serve ``make setup`` from its cache here (``PIP_NO_CACHE_DIR`` unset, a cache folder
+    that holds files), so that the set-up time is that of a later set-up, not of a first one."""
+    if os.environ.get("PIP_NO_CACHE_DIR"):
+        return False
+    folder = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True, text=True,
+                            check=False).stdout.strip()
+    return bool(folder) and Path(folder).is_dir() and any(Path(folder).iterdir())
+
+
 def measure(scratch: Path) -> dict[str, Any]:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.strip()
     clone = scratch / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-    load_before = os.getloadavg()[0]
+    load_before, pip_cache = os.getloadavg()[0], pip_cache_used()
     runs = [timed(command, clone) for command in COMMANDS]
     return {"commit": commit, "cpu": cpu_model(), "cores": os.cpu_count(),
             "load_1m": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": runs}
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "pip_cache": pip_cache,
+            "tokenizer_build_s": tokenizer_build_s(), "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> int:
