@@ -4,14 +4,18 @@ Scope: every SVG that ``site_scripts/pictures/gen_pictures.py`` (traces, benchma
 ``site_scripts/notes/gen_timeline.py`` (measured round timelines) write into ``docs/assets/pictures/`` equals
 what its drawing gives today (so a picture can never drift from the engine); each is a small, non-empty SVG
 whose words are text in the picture's language; each is shown on a Chinese page and on its English twin with
-alt text in that page's language. The drawing code is also checked on small hand-made traces, so a change to a
-demo cannot hide a mistake in it. Non-scope: how a browser renders the pictures (``tests/test_browser.py``
-opens every page and fails on a missing file).
+alt text in that page's language; no text of any picture starts or ends outside its view box (each
+character measured in DejaVu Sans, the font the pictures are laid out with, a CJK character as one em). The
+drawing code is also checked on small hand-made traces, so a change to a demo cannot hide a mistake in it.
+Non-scope: how a browser renders the pictures (``tests/test_browser.py`` opens every page and fails on a
+missing file).
 """
 
 from __future__ import annotations
 
+import math
 import re
+from functools import cache
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -35,6 +39,8 @@ DOCS = ROOT / "docs"
 SVG = "{http://www.w3.org/2000/svg}"
 CJK = re.compile(r"[\u3400-\u9fff\uff00-\uffef]")
 IMAGE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<path>[^)\s]*assets/pictures/(?P<name>[\w.-]+)\.svg)\)")
+WIDE = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")  # CJK: one em each
+ANCHOR_SHIFT = {"start": 0.0, "middle": -0.5, "end": -1.0}
 MAX_BYTES = 150_000
 DRAWN = {**gen_pictures.OUTPUTS, **gen_timeline.OUTPUTS, **gen_trained_pictures.OUTPUTS}  # name -> drawing
 LABELS = {
@@ -67,6 +73,40 @@ def svg_texts(svg: str) -> list[str]:
 def label_pattern(line: str) -> re.Pattern[str]:
     """One line of a label as a pattern: each ``{placeholder}`` stands for some text on the same line."""
     return re.compile(".+?".join(re.escape(part) for part in re.split(r"\{[^}]*\}", line)))
+
+
+@cache
+def em_width(char: str) -> float:
+    """How many ems ``char`` advances in DejaVu Sans, the font the pictures are laid out with; a CJK
+    character, which DejaVu Sans lacks, one em (about twice an average Latin character)."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font, LoadFlags
+
+    if WIDE.match(char):
+        return 1.0
+    font = FT2Font(font_manager.findfont("DejaVu Sans"))
+    font.set_size(100, 72)
+    return font.load_char(ord(char), flags=LoadFlags.NO_HINTING).linearHoriAdvance / 65536 / 100
+
+
+def text_ends(element: ElementTree.Element) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Where a ``<text>`` element's baseline starts and ends (its ``x``/``y``, ``translate`` and ``rotate``,
+    its ``text-anchor`` and font size, each character's width in DejaVu Sans)."""
+    style = dict(part.split(":", 1) for part in (element.get("style") or "").split(";") if ":" in part)
+    style = {key.strip(): value.strip() for key, value in style.items()}
+    size = float(style.get("font-size", "10px").removesuffix("px"))
+    x, y, angle = float(element.get("x", 0)), float(element.get("y", 0)), 0.0
+    for op, args in re.findall(r"(translate|rotate)\(([^)]*)\)", element.get("transform") or ""):
+        numbers = [float(v) for v in re.split(r"[\s,]+", args.strip())]
+        if op == "translate":
+            x, y = x + numbers[0], y + (numbers[1] if len(numbers) > 1 else 0.0)
+        else:
+            angle = math.radians(numbers[0])
+    length = sum(em_width(c) for c in "".join(element.itertext())) * size
+    dx, dy = math.cos(angle), math.sin(angle)
+    shift = ANCHOR_SHIFT[style.get("text-anchor", "start")] * length
+    start = (x + shift * dx, y + shift * dy)
+    return start, (start[0] + length * dx, start[1] + length * dy)
 
 
 def picture_name(file_name: str) -> tuple[str, str]:
@@ -120,6 +160,19 @@ def test_each_picture_is_a_small_svg_whose_words_are_text(path: str) -> None:
     assert not list(root.iter(f"{SVG}image")), "a picture must be drawn, not an embedded raster image"
     assert len(svg_texts(svg)) >= 10
     assert "<dc:date>" not in svg, "a date in the file would change it on every build"
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in PICTURES_DIR.glob("*.svg")))
+def test_no_text_of_a_picture_starts_or_ends_outside_its_view_box(path: str) -> None:
+    root = ElementTree.parse(PICTURES_DIR / path).getroot()
+    left, top, width, height = (float(v) for v in root.get("viewBox", "").split())
+    outside = []
+    for element in root.iter(f"{SVG}text"):
+        ends = text_ends(element)
+        if not all(left <= x <= left + width and top <= y <= top + height for x, y in ends):
+            outside.append(f"{''.join(element.itertext())!r} from ({ends[0][0]:.1f}, {ends[0][1]:.1f}) to "
+                           f"({ends[1][0]:.1f}, {ends[1][1]:.1f})")
+    assert not outside, f"{path} ({width} x {height}) draws text outside: {outside}"
 
 
 @pytest.mark.parametrize("path", sorted(DRAWN))

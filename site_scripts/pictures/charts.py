@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_scripts.pictures.svg_figure import WIDTH, draw_svg, new_figure
+from site_scripts.pictures.svg_figure import WIDTH, draw_svg, lines_within, new_figure
 
 Labels = dict[str, str]
 Report = dict[str, Any]
@@ -28,13 +28,15 @@ DRAFT_MARKERS = {"always": "o", "sometimes": "s", "never": "X", "half-depth": "D
 
 
 def chart_title(labels: Labels, report: Report) -> str:
-    """The title, then a line with the device, dtype, date (day only) and workload of the measurement."""
+    """The title, then a line with the device, dtype, date (day only) and workload of the measurement, broken
+    between its parts where it would be wider than the chart (a long CPU name)."""
     device = report["device"]
     where = device["name"] if device["type"] == "cpu" else f"{device['type']} {device['name']}"
     measured = labels["measured_on"].format(device=where, dtype=report["dtype"], date=report["date"][:10])
     config = report["config"]
     workload = labels["workload"].format(preset=config["preset"], repeats=config["repeats"])
-    return f"{labels['title']}\n{measured} · {workload}"
+    parts = [*measured.split(" · "), workload]
+    return f"{labels['title']}\n{lines_within(parts, WIDTH)}"
 
 
 def grouped_bars(ax: Any, keys: tuple[str, ...], sides: list[tuple[str, str, list[float]]],

@@ -4,7 +4,9 @@ Scope: one style for all pictures, and turning a ``matplotlib.figure.Figure`` in
 only on what was drawn: text stays text (``svg.fonttype = "none"``: searchable, and drawn by the reader's own
 fonts, Chinese included), element ids come from a fixed salt, and no date is written. Text is measured with
 the DejaVu Sans that matplotlib ships, so the layout is the same on every machine; a Chinese character is
-measured a little wider than a CJK font draws it, which leaves room rather than overlap.
+measured a little wider than a CJK font draws it, which leaves room rather than overlap. A line made of
+parts (a chart's subtitle) is broken between its parts where it would be wider than the figure
+(:func:`lines_within`), so no text starts left of the picture.
 Non-scope: what any picture shows (``*_picture.py``, ``charts.py``).
 """
 
@@ -29,6 +31,7 @@ STYLE: dict[str, Any] = {
     "legend.frameon": False,
     "hatch.linewidth": 0.8,
 }
+SIDE_PAD = 6.0  # points kept free at each side of a figure-wide line (constrained layout pads by 3)
 WIDTH = 7.2  # inches: about the width of a page's text column, so a picture is shown at its own size
 # tab10, in this order: the colours of requests (A, B, C ... in order of first appearance)
 REQUEST_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2")
@@ -63,6 +66,28 @@ def new_figure(width: float, height: float, **subplots: Any) -> tuple[Any, Any]:
 
     figure = Figure(figsize=(width, height), layout="constrained")
     return figure, figure.subplots(**subplots)
+
+
+def lines_within(parts: list[str], width: float, joint: str = " · ") -> str:
+    """``parts`` joined by ``joint``, a new line started before a part that would make the line wider than
+    ``width`` inches (less :data:`SIDE_PAD` each side), measured as the SVG writer measures a figure's title:
+    DejaVu Sans at the style's ``figure.titlesize``. A part wider than that by itself keeps a line of its own.
+    Call it under :func:`picture_style`."""
+    import matplotlib
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    font, measure = FontProperties(size=matplotlib.rcParams["figure.titlesize"]), TextToPath()
+    room = width * 72 - 2 * SIDE_PAD
+
+    def fits(line: str) -> bool:
+        return measure.get_text_width_height_descent(line, font, ismath=False)[0] <= room
+
+    lines = [parts[0]]
+    for part in parts[1:]:
+        joined = f"{lines[-1]}{joint}{part}"
+        lines[-1:] = [joined] if fits(joined) else [lines[-1], part]
+    return "\n".join(lines)
 
 
 def request_colors(request_ids: list[str]) -> dict[str, str]:
