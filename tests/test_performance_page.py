@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 
 import pytest
 
@@ -17,6 +18,8 @@ from site_scripts.build.common import SNIPPETS, read_json
 from site_scripts.performance import cpu_reading, gen_performance
 
 KINDS = gen_performance.CPU_KINDS
+PAGES = [("docs/performance/index.en.md", ".md"), ("docs/performance/index.md", ".zh.md")]
+INCLUDE = re.compile(r'^--8<-- "([^"]+)"\n', re.M)
 
 
 @pytest.fixture(params=KINDS)
@@ -40,15 +43,56 @@ def test_each_cpu_kind_has_its_json_and_its_table_and_paragraph_on_both_pages() 
     assert len(cpus) == len(KINDS), "each table should be another kind of CPU"
 
 
-def test_the_pages_quote_the_variant_flags_each_record_was_run_with() -> None:
-    for name in KINDS:
-        command = read_json(SNIPPETS / "bench" / f"{name}.json")["command"]
-        flags = ("--variants", "--variant-batches")
-        recorded = [f"{flag} {command[command.index(flag) + 1]}" for flag in flags if flag in command]
-        for page in ("docs/performance/index.en.md", "docs/performance/index.md"):
-            text = " ".join((SNIPPETS.parent / page).read_text(encoding="utf-8").split())
-            quoted = text.split(f"--output snippets/bench/{name}.json", 1)[1].split("`", 1)[0]
-            assert re.findall(r"--variant[-\w]* \S+", quoted) == recorded, (page, name)
+@pytest.mark.parametrize("name", gen_performance.RESULTS)
+def test_the_line_above_a_cpu_table_quotes_its_record_s_command_and_only_the_flags_it_recorded(name) -> None:
+    record = read_json(SNIPPETS / "bench" / f"{name}.json")
+    committed = f"snippets/bench/{name}.json"
+    english, chinese = cpu_reading.run_line(record, committed)
+    command, flags = record["command"], record["device"].get("cpu_flags")
+    for said in (english, chinese):
+        assert f"`{shlex.join(command)}`" in said and f"**{record['device']['name']}**" in said
+        wrote = command[command.index("--output") + 1]
+        assert (f"`{committed}`" in said) is (wrote != committed), said  # where the file went, if moved
+        for flag, unit in cpu_reading.VECTOR_UNITS.items():
+            shown = re.search(rf"{re.escape(unit)}(?![\w-])", said) is not None
+            assert shown is (flags is not None), (unit, said)  # present or said to lack, once recorded
+            if flags is not None and flag not in flags:
+                assert re.search(rf"(no|没有) [^;；]*{re.escape(unit)}", said), (unit, said)
+    assert ("CPU flags not recorded" in english) is (flags is None)
+    assert ("没有记录 CPU 标志" in chinese) is (flags is None)
+
+
+def page_text(page: str) -> str:
+    return (SNIPPETS.parent / page).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page,suffix", PAGES)
+def test_each_cpu_table_follows_its_run_line_and_no_hand_written_text_there_names_flags(page, suffix) -> None:
+    text = page_text(page)
+    for name in gen_performance.RESULTS:
+        table = text.index(f'--8<-- "snippets/bench/{name}{suffix}"')
+        before = text[:table]
+        run = f"snippets/performance/{name}-run{suffix}"
+        # the stretch that leads to this table: from the last heading or included piece other than its line
+        start = max(before.rfind("\n#"), *(m.end() for m in INCLUDE.finditer(before) if m[1] != run))
+        stretch = before[start:]
+        assert f'--8<-- "{run}"' in stretch, (page, name)
+        own = INCLUDE.sub("", stretch)  # the page's own words, which may not describe the CPU or the command
+        assert not re.search(r"AVX|AMX|--output", own), (page, name, own)
+
+
+@pytest.mark.parametrize("page,suffix", PAGES)
+def test_the_opening_names_every_included_snippet_that_is_not_rendered_from_a_record(page, suffix) -> None:
+    text = page_text(page)
+    opening = text[: text.index("\n## ")]
+    for match in INCLUDE.finditer(text):
+        path = match[1]
+        if not path.startswith("snippets/"):
+            continue  # a section of code, shown as it is
+        folder, stem = path.rsplit("/", 1)
+        stem = re.sub(r"(-run)?(\.zh|\.en)?\.md$", "", stem)
+        record = SNIPPETS.parent / folder.replace("snippets/performance", "snippets/bench") / f"{stem}.json"
+        assert record.is_file() or f"`{path}`" in opening, (page, path)
 
 
 def test_the_paragraph_under_a_table_is_made_of_its_numbers(report) -> None:

@@ -1,21 +1,47 @@
-"""The paragraph under a CPU benchmark table, written in English and in Chinese from the report's numbers.
+"""The paragraph under a CPU benchmark table, and the line above it, written in English and in Chinese from
+the report.
 
-Scope: :func:`reading` (how our decode and prefill compare with transformers', against the read roofline and
-the matrix-product floor, and which goals were met), :func:`decode_bounds` (the step a missed decode goal
-would need) and :func:`variants_reading` (the bfloat16, graph-path and compiled variants), each giving
-``(English, Chinese)`` from one table of phrases per language (``PHRASES``).
+Scope: :func:`run_line` (the CPU, the vector units its recorded flags show or that none were recorded, and
+the command as the record holds it), :func:`reading` (how our decode and prefill compare with transformers',
+against the read roofline and the matrix-product floor, and which goals were met), :func:`decode_bounds`
+(the step a missed decode goal would need) and :func:`variants_reading` (the bfloat16, graph-path and
+compiled variants), each giving ``(English, Chinese)`` from one table of phrases per language (``PHRASES``).
 Non-scope: the tables themselves (``bench_tables.py``), which reports get a paragraph
 (``gen_performance.py``).
 """
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from site_scripts.build.common import GeneratorError, by_language
 from site_scripts.performance.bench_tables import _fraction, _ms
 
-PHRASES = by_language({  # the paragraph under a CPU table: each phrase in English, then in Chinese
+VECTOR_UNITS = {"avx2": "AVX2", "avx512f": "AVX-512", "amx_tile": "AMX"}
+"""The vector units a record's ``cpu_flags`` (a subset of ``mini_deepinfer.runtime.device.VECTOR_FLAGS``)
+show, each by the flag that shows it."""
+PHRASES = by_language({  # the lines around a CPU table: each phrase in English, then in Chinese
+    "run": ("**{cpu}** ({units}); the command, as its record holds it: `{command}`{moved}.",
+            "**{cpu}**（{units}）；记录里的命令：`{command}`{moved}。"),
+    "no_flags": ("CPU flags not recorded",
+                 "没有记录 CPU 标志"),
+    "units": ("recorded flags: {have}",
+              "记录的标志：{have}"),
+    "lacking": (", no {lacking}",
+                "，没有 {lacking}"),
+    "no_units": ("recorded flags: none of {lacking}",
+                 "记录的标志里没有 {lacking}"),
+    "list": (", ",
+             "、"),
+    "both": (" and ",
+             " 和 "),
+    "either": (" or ",
+               " 或 "),
+    "no_command": ("not recorded",
+                   "没有记录"),
+    "moved": (" (it wrote `{wrote}`; that file is committed as `{committed}`)",
+              "（它写出的是 `{wrote}`，提交为 `{committed}`）"),
     "start": ("On this CPU ({cpu}, {isa}) our decode made ",
               "在这块 CPU（{cpu}，{isa}）上，我们 decode 每秒的 token 数是 "),
     "no_isa": ("vector kernels not recorded",
@@ -77,6 +103,33 @@ PHRASES = by_language({  # the paragraph under a CPU table: each phrase in Engli
     "none": (" This run measured no bfloat16, graph-path or compiled variant.",
              "这次运行没有测 bfloat16、图路径或编译的变体。"),
 })
+
+
+def run_line(report: dict[str, Any], committed: str) -> tuple[str, str]:
+    """The line above a CPU result's table: its CPU, the vector units its recorded ``cpu_flags`` show (or
+    that none were recorded) and its ``command``, quoted as recorded, with where the file it wrote is
+    committed (``committed``) when that is not where it wrote it: ``(English, Chinese)``."""
+    flags, command = report["device"].get("cpu_flags"), report.get("command")
+    wrote = command[command.index("--output") + 1] if command and "--output" in command[:-1] else None
+    said = []
+    for words in PHRASES.values():
+        units = _units(flags, words)
+        moved = "" if wrote in (None, committed) else words["moved"].format(wrote=wrote, committed=committed)
+        said.append(words["run"].format(cpu=report["device"]["name"], units=units, moved=moved,
+                                        command=shlex.join(command) if command else words["no_command"]))
+    return said[0], said[1]
+
+
+def _units(flags: list[str] | None, words: dict[str, str]) -> str:
+    """``recorded flags: AVX2 and AVX-512, no AMX`` (or the Chinese), or that no flags were recorded."""
+    if flags is None:
+        return words["no_flags"]
+    have = [unit for flag, unit in VECTOR_UNITS.items() if flag in flags]
+    lacking = words["either"].join(unit for unit in VECTOR_UNITS.values() if unit not in have)
+    if not have:
+        return words["no_units"].format(lacking=lacking)
+    listed = words["list"].join(have[:-1]) + words["both"] + have[-1] if len(have) > 1 else have[0]
+    return words["units"].format(have=listed) + (words["lacking"].format(lacking=lacking) if lacking else "")
 
 
 def reading(report: dict[str, Any]) -> tuple[str, str] | None:

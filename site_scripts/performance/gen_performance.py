@@ -5,7 +5,9 @@ Scope: reading ``snippets/bench/cpu-<preset>.json`` and the accelerator reports 
 the side-by-side timings, the roofline, the matrix-product floors (decode step and prefill), peak memory,
 each target with its verdict, and whether the greedy tokens agreed (per measurement where they did not). For
 each kind of CPU the 0.8B shape ran on (``CPU_KINDS``) the targets are today's, and a paragraph made from the
-numbers says what the tables show (``snippets/performance/<name>.md`` and ``.zh.md``). The
+numbers says what the tables show (``snippets/performance/<name>.md`` and ``.zh.md``); above each CPU
+result's table, a line names its CPU and the vector units its recorded flags show (or that none were
+recorded) and quotes the command its record holds (``snippets/performance/<name>-run.md``). The
 benchmark itself is never run here: its timings change on every run, so the JSON is committed as measured
 and only rendered.
 
@@ -33,7 +35,7 @@ from site_scripts.performance.bench_tables import (
     timing_rows,
     variant_rows,
 )
-from site_scripts.performance.cpu_reading import reading
+from site_scripts.performance.cpu_reading import reading, run_line
 
 CPU_KINDS = ("cpu-qwen3.5-0.8b", "cpu-qwen3.5-0.8b-intel-xeon", "cpu-qwen3.5-0.8b-amd-epyc-avx512")
 """The 0.8B-shape CPU results, one per kind of CPU it ran on (an AMD EPYC with AVX2; an Intel Xeon with
@@ -80,6 +82,13 @@ def render_reading(name: str, chinese: bool = False) -> str:
     return (said[1] if chinese else said[0]) + "\n"
 
 
+def render_run(name: str, chinese: bool = False) -> str:
+    """The line above the table of ``snippets/bench/<name>.json``: its CPU and command, from the record."""
+    path = SNIPPETS / "bench" / f"{name}.json"
+    said = run_line(read_json(path), path.relative_to(SNIPPETS.parent).as_posix())
+    return (said[1] if chinese else said[0]) + "\n"
+
+
 def render_zh(name: str) -> str:
     """The same snippet in Chinese, for the Chinese performance page
     (``site_scripts/performance/zh_tables.py``)."""
@@ -87,6 +96,8 @@ def render_zh(name: str) -> str:
 
 
 OUTPUTS = {
+    **{f"performance/{name}-run.md": (lambda name=name: render_run(name)) for name in RESULTS},
+    **{f"performance/{name}-run.zh.md": (lambda name=name: render_run(name, True)) for name in RESULTS},
     **{f"performance/{name}.md": (lambda name=name: render_reading(name)) for name in CPU_KINDS},
     **{f"performance/{name}.zh.md": (lambda name=name: render_reading(name, True)) for name in CPU_KINDS},
     **{f"bench/{name}.md": (lambda name=name: render(name)) for name in (*RESULTS, *GPU_RESULTS)},
