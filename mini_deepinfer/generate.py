@@ -4,8 +4,9 @@ Scope: the command line for one local checkpoint: load it (``--model``, ``--devi
 prompts into token ids (chat template unless ``--raw``), run them through a ``BatchEngine`` (budget, chunking,
 staggered arrival, cross-round ``--pipeline``), print or stream the text, cancel after N tokens, and write a
 run record (``--output``). With ``--speculative`` a second, smaller checkpoint (``--draft-model``) proposes
-``--draft-width`` tokens per round and the model verifies them; tokens are then delivered in groups, and
-``--check-greedy`` compares them with a plain greedy run. With ``--prefix-cache`` a prompt that starts like an
+``--draft-width`` tokens per round and the model verifies them; tokens are then delivered in groups, a last
+line gives the drafts accepted per verify round and the acceptance rate, and ``--check-greedy`` compares the
+tokens with a plain greedy run. With ``--prefix-cache`` a prompt that starts like an
 earlier one reuses that earlier prompt's cached blocks (``--prefix-block`` tokens each). Bad input ends with
 one line on stderr, exit 2; so does a run in which the model produced non-finite logits.
 Non-scope: the engine's decisions (``core/``), the model maths (``models/``).
@@ -412,6 +413,8 @@ class Printer:
             if not self.options.stream:
                 self.write(self.text.tokenizer.decode(req.output_token_ids, skip_special_tokens=True) + "\n")
             self.write(footer(req, engine, self.options) + "\n")
+        if self.options.speculative:
+            self.write(speculative_footer(speculative_counts(engine)) + "\n")
 
 
 # --8<-- [start:footer]
@@ -425,6 +428,27 @@ def footer(req: Request, engine: Engine, options: Options) -> str:
     return (f"[{reason}; {len(req.output_token_ids)} output tokens{cached}; "
             f"free KV slots {engine.kv_pool.num_free}/{engine.kv_pool.capacity}{draft_part}]")
 # --8<-- [end:footer]
+
+
+# --8<-- [start:speculative_footer]
+def speculative_counts(engine: Engine) -> dict[str, Any]:
+    """The speculative runner's own counters (``SpeculativeRunner.stats``) as the record's ``speculative``."""
+    from mini_deepinfer.tools.records import speculative_info
+
+    stats = engine.runner.stats
+    return speculative_info(stats["verify_rounds"], stats["proposed"], stats["accepted"])
+
+
+def speculative_footer(counts: dict[str, Any]) -> str:
+    """The line after the answers of a ``--speculative`` run, over all its requests, e.g. ``[speculative: 4
+    verify rounds, 9 of 12 drafts accepted (75%), 2.25 accepted per round]``; the bonus or corrected token
+    each round adds is not an accepted draft."""
+    if not counts["verify_rounds"]:
+        return "[speculative: no verify round ran, no draft was proposed]"
+    return (f"[speculative: {counts['verify_rounds']} verify rounds, {counts['drafts_accepted']} of "
+            f"{counts['drafts_proposed']} drafts accepted ({counts['acceptance_rate']:.0%}), "
+            f"{counts['accepted_per_round']:.2f} accepted per round]")
+# --8<-- [end:speculative_footer]
 
 
 def draft_cache_note(engine: Engine, options: Options) -> str:
@@ -466,6 +490,7 @@ def build_record(argv: list[str], options: Options, loaded: Loaded, text: Text, 
         record.draft_model["weights"] = draft.weights
         record.set_cache("draft", runner_draft.cache.kv_capacity, runner_draft.free_kv_slots(),
                          runner_draft.cache.state_capacity, runner_draft.free_state_slots())
+        record.speculative = speculative_counts(engine)
     record.timings["load_s"], record.timings["run_s"] = loaded.load_s, run_s
     record.execution = execution_info(engine)
     return record
@@ -514,6 +539,20 @@ def check_positions(options: Options, token_ids: list[list[int]]) -> None:
             check(len(ids) + options.max_new_tokens, config.max_position_embeddings, what, model)
 
 
+def check_capacity(options: Options, rids: list[str], token_ids: list[list[int]],
+                   params: list[SamplingParams]) -> None:
+    """Every request's worst case (``Request.max_cache_tokens``, what the engine's ``check_fits`` holds
+    against the cache) must fit ``--cache-capacity``; the message names the smallest capacity that fits them
+    all."""
+    requests = [Request(rid, tuple(ids), p) for rid, ids, p in zip(rids, token_ids, params)]
+    smallest = max(req.max_cache_tokens() for req in requests)
+    for req in requests:
+        if req.max_cache_tokens() > options.cache_capacity:
+            raise UsageError(f"{req.request_id}: prompt of {req.prompt_len} tokens plus --max-new-tokens "
+                             f"{options.max_new_tokens} needs {req.max_cache_tokens()} KV slots; the cache "
+                             f"has {options.cache_capacity}: pass --cache-capacity {smallest} or more")
+
+
 def check_vocabulary(options: Options, text: Text) -> None:
     """Every id the tokenizer can produce, and every stop id, has a row in each model's embedding: checked
     against ``config.json`` before the weights load (an id past it would fail inside the first forward; a
@@ -555,9 +594,10 @@ def graphs_to_use(options: Options) -> bool:
 
 
 def run(argv: list[str]) -> int:
-    """Every flag, the output path, the text layer, the prompts and the cache's size are checked before the
-    weights load; whether each prompt fits the cache and the budget is checked by the engine
-    (``new_request``) before any round runs. A run that fails writes no record, so an old one stays."""
+    """Every flag, the output path, the text layer, the prompts, whether each prompt fits the cache, and the
+    cache's size in memory are checked before the weights load; whether each prompt fits the budget is
+    checked by the engine (``new_request``) before any round runs. A run that fails writes no record, so an
+    old one stays."""
     options = resolve_options(argv)
     if options.output:
         check_output(options)
@@ -567,6 +607,7 @@ def run(argv: list[str]) -> int:
     check_vocabulary(options, text)
     token_ids = [encode_prompt(prompt, text, options) for prompt in options.prompts]
     check_positions(options, token_ids)
+    check_capacity(options, rids, token_ids, params)
     graphs = graphs_to_use(options)
     check_memory(options, graphs)
     loaded = load_weights(options, text)

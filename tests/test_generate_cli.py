@@ -116,6 +116,22 @@ def test_bad_input_gives_one_line_on_stderr_and_exit_code_2(tiny_checkpoint, cap
     assert needle in err
 
 
+@pytest.mark.parametrize("flags", [[], ["--pipeline"], ["--prefix-cache", "--prefix-block", "4"]])
+def test_a_cache_too_small_names_the_smallest_capacity_that_runs_and_one_less_does_not(
+        tiny_checkpoint, capsys, flags):
+    prompts = ["--prompt", "The capital of France is", "--prompt", "Hello there my good friend of old"]
+    args = ["--model", str(tiny_checkpoint), *prompts, "--raw", "--max-new-tokens", "12", "--ignore-eos",
+            *flags]
+    code, out, err = generate(capsys, *args, "--cache-capacity", "4")
+    assert code == 2 and not out
+    assert err == ("error: req-0: prompt of 5 tokens plus --max-new-tokens 12 needs 17 KV slots; the cache "
+                   "has 4: pass --cache-capacity 19 or more\n"), "the longer req-1 needs 7 + 12"
+    code, out, err = generate(capsys, *args, "--cache-capacity", "19")
+    assert code == 0 and out.count("[length; 12 output tokens;") == 2, err
+    code, out, err = generate(capsys, *args, "--cache-capacity", "18")
+    assert code == 2 and not out and err.count("\n") == 1 and "pass --cache-capacity 19 or more" in err
+
+
 def test_prompt_file_that_is_not_utf8_is_refused(tiny_checkpoint, capsys, tmp_path):
     bad = tmp_path / "prompts.txt"
     bad.write_bytes("你好".encode("gbk"))

@@ -74,6 +74,19 @@ def test_record_has_every_key_of_the_command_line_contract() -> None:
     assert record["timings"] == {"load_s": 1.5, "run_s": 0.5, "first_token_s": [0.25]}
 
 
+def test_speculative_figures_are_the_counts_divided_and_follow_timings_in_the_record() -> None:
+    figures = records.speculative_info(verify_rounds=8, drafts_proposed=30, drafts_accepted=21)
+    assert figures == {"verify_rounds": 8, "drafts_proposed": 30, "drafts_accepted": 21,
+                       "accepted_per_round": 21 / 8, "acceptance_rate": 21 / 30}
+    assert records.speculative_info(0, 0, 0)["accepted_per_round"] is None
+    assert records.speculative_info(0, 0, 0)["acceptance_rate"] is None
+    record = filled_record()
+    record.speculative, record.execution = figures, {"graphs": False}
+    keys = list(record.to_dict())
+    assert keys[keys.index("timings") + 1:] == ["speculative", "execution"]
+    assert "speculative" not in filled_record().to_dict()
+
+
 def test_two_model_runs_add_draft_model_and_committed_groups() -> None:
     class Finish(str, enum.Enum):
         LENGTH = "length"

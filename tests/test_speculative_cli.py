@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -64,6 +65,51 @@ def test_stream_cancel_stops_at_a_group_boundary_and_both_caches_return_every_sl
     assert sum(len(g) for g in groups[:-1]) < 2 <= sum(len(g) for g in groups)
     n = len(request["output_token_ids"])
     assert f"[cancelled; {n} output tokens; free KV slots 128/128; draft free KV slots 128/128]" in out
+
+
+def trace_counts(out: str) -> dict[str, int]:
+    """Verify rounds, drafts and accepted drafts as the ``--trace-rounds`` verify lines show them, and the
+    drafts the commit lines of those rounds deliver (each group less its one bonus or corrected token)."""
+    verified = {m.group(1, 2): (json.loads(m.group(3)), int(m.group(4))) for m in re.finditer(
+        r"^\[round (\d+)\] verify   (\S+) drafts=(\[.*?\]) accepted=(\d+)", out, re.MULTILINE)}
+    delivered = [len(json.loads(m.group(3))) - 1 for m in re.finditer(
+        r"^\[round (\d+)\] commit   (\S+) \+(\[.*?\])", out, re.MULTILINE) if m.group(1, 2) in verified]
+    return {"verify_rounds": len(verified), "drafts_proposed": sum(len(d) for d, _ in verified.values()),
+            "drafts_accepted": sum(a for _, a in verified.values()), "delivered_drafts": sum(delivered)}
+
+
+@pytest.mark.parametrize("sampling", [[], ["--temperature", "0.8", "--seed", "3"]], ids=["greedy", "sampled"])
+def test_record_and_footer_give_the_drafts_accepted_per_verify_round_that_the_trace_shows(
+        tiny_checkpoint, draft_checkpoint, capsys, tmp_path, sampling):
+    out_file = tmp_path / "run.json"
+    code, out, err = generate(capsys, *spec_args(tiny_checkpoint, draft_checkpoint, "--draft-width", "3",
+                                                 "--prompt", "What is 1 plus 1?", "--ignore-eos",
+                                                 "--trace-rounds", "--output", out_file, *sampling))
+    assert code == 0, err
+    counts = json.loads(out_file.read_text(encoding="utf-8"))["speculative"]
+    seen = trace_counts(out)
+    assert {key: counts[key] for key in ("verify_rounds", "drafts_proposed", "drafts_accepted")} == {
+        key: seen[key] for key in ("verify_rounds", "drafts_proposed", "drafts_accepted")}
+    assert seen["delivered_drafts"] == counts["drafts_accepted"], "the bonus or corrected token is no draft"
+    assert 0 < counts["drafts_accepted"] < counts["drafts_proposed"], "some drafts are rejected"
+    assert counts["accepted_per_round"] == counts["drafts_accepted"] / counts["verify_rounds"]
+    assert counts["acceptance_rate"] == counts["drafts_accepted"] / counts["drafts_proposed"]
+    line = (f"[speculative: {counts['verify_rounds']} verify rounds, {counts['drafts_accepted']} of "
+            f"{counts['drafts_proposed']} drafts accepted ({round(100 * counts['acceptance_rate'])}%), "
+            f"{counts['accepted_per_round']:.2f} accepted per round]\n")
+    assert out.endswith(line)
+
+
+def test_a_run_without_a_verify_round_says_so_and_records_no_figure(
+        tiny_checkpoint, draft_checkpoint, capsys, tmp_path):
+    out_file = tmp_path / "run.json"
+    code, out, err = generate(capsys, *spec_args(tiny_checkpoint, draft_checkpoint, "--max-new-tokens", "1",
+                                                 "--output", out_file))
+    assert code == 0, err
+    assert out.endswith("[speculative: no verify round ran, no draft was proposed]\n")
+    assert json.loads(out_file.read_text(encoding="utf-8"))["speculative"] == {
+        "verify_rounds": 0, "drafts_proposed": 0, "drafts_accepted": 0, "accepted_per_round": None,
+        "acceptance_rate": None}
 
 
 @pytest.mark.parametrize("width", ["0", "17", "-1"])

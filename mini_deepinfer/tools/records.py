@@ -11,9 +11,11 @@ imports only the standard library.
 A record is a plain dict with these top-level keys, in this order::
 
     schema, version, command, started_at, source_sha, device, model, [draft_model,] config,
-    requests, cache, checks, timings, [execution]
+    requests, cache, checks, timings, [speculative,] [execution]
 
-``draft_model`` appears only in two-model (speculative) runs, like ``committed_groups`` in a request.
+``draft_model`` appears only in two-model (speculative) runs, like ``committed_groups`` in a request and
+``speculative`` (the runner's verify rounds, drafts proposed and drafts accepted, and the two figures derived
+from them: :func:`speculative_info`).
 ``cached_prompt_tokens`` in a request (how many of its prompt tokens came from the prefix cache, as vLLM's
 ``num_cached_tokens``) and ``prefix_cached`` in ``cache.target.kv`` (KV slots the prefix cache still holds
 at the end) appear only in runs with the prefix cache.
@@ -52,6 +54,7 @@ __all__ = [
     "package_source_sha",
     "package_version",
     "source_sha",
+    "speculative_info",
     "utc_now_iso",
     "write_record",
 ]
@@ -63,7 +66,8 @@ RECORD_KEYS: tuple[str, ...] = (
     "schema", "version", "command", "started_at", "source_sha", "device", "model", "config",
     "requests", "cache", "checks", "timings",
 )
-"""Top-level keys every record has (``draft_model`` is added in two-model runs, ``execution`` by generate)."""
+"""Top-level keys every record has (``draft_model`` is added in two-model runs, ``speculative`` in generate's
+two-model runs, ``execution`` by generate)."""
 
 DISTRIBUTION_NAME = "mini-deepinfer"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
@@ -288,6 +292,23 @@ def cache_info(kv_capacity: int, kv_free: int, state_capacity: int, state_free: 
     }
 
 
+def speculative_info(verify_rounds: int, drafts_proposed: int, drafts_accepted: int) -> dict[str, Any]:
+    """The ``speculative`` entry: the runner's counts over the whole run, and two figures derived from them.
+
+    A verify round is one speculative decode of one request (drafts proposed, then one target forward).
+    ``accepted_per_round`` is ``drafts_accepted / verify_rounds``: the drafts the target accepted, not the
+    bonus or corrected token each round adds. ``acceptance_rate`` is ``drafts_accepted / drafts_proposed``.
+    Both are None in a run without a verify round, and kept unrounded (a reader rounds where it prints).
+    """
+    return {
+        "verify_rounds": verify_rounds,
+        "drafts_proposed": drafts_proposed,
+        "drafts_accepted": drafts_accepted,
+        "accepted_per_round": drafts_accepted / verify_rounds if verify_rounds else None,
+        "acceptance_rate": drafts_accepted / drafts_proposed if drafts_proposed else None,
+    }
+
+
 def _default_timings() -> dict[str, Any]:
     return {"load_s": None, "run_s": None, "first_token_s": []}
 
@@ -305,6 +326,7 @@ class RunRecord:
     device: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     draft_model: dict[str, Any] | None = None
+    speculative: dict[str, Any] | None = None
     execution: dict[str, Any] | None = None
     source_sha: dict[str, Any] = field(default_factory=lambda: {"sha": None, "dirty": None})
     version: str | None = None
@@ -386,6 +408,8 @@ class RunRecord:
             record["draft_model"] = self.draft_model
         record.update(config=self.config, requests=self.requests, cache=self.cache, checks=self.checks,
                       timings=self.timings)
+        if self.speculative is not None:
+            record["speculative"] = self.speculative
         if self.execution is not None:
             record["execution"] = self.execution
         return copy.deepcopy(record)
