@@ -31,7 +31,8 @@ README_BLOCK = re.compile(r"(<!-- status:records -->\n)(.*?)(\n<!-- /status:reco
 KIND = {
     "record": ("run record", "run records", "份运行记录"),
     "bench": ("benchmark report", "benchmark reports", "份基准报告"),
-    "trained": ("measurement of the trained models", "measurements of the trained models", "份训练模型的测量"),
+    "trained": ("measurement of the trained models", "measurements of the trained models",
+                "份训练模型的测量"),
 }
 # the committed measurement of the two trained models (python -m training.measure): CPU, their own weights
 TRAINED_MEASUREMENTS = (ROOT / "trained" / "measurements.json",)
