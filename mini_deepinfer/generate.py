@@ -443,10 +443,11 @@ def speculative_footer(counts: dict[str, Any]) -> str:
     """The line after the answers of a ``--speculative`` run, over all its requests, e.g. ``[speculative: 4
     verify rounds, 9 of 12 drafts accepted (75%), 2.25 accepted per round]``; the bonus or corrected token
     each round adds is not an accepted draft."""
-    if not counts["verify_rounds"]:
+    rounds, proposed = counts["verify_rounds"], counts["drafts_proposed"]
+    if not rounds:
         return "[speculative: no verify round ran, no draft was proposed]"
-    return (f"[speculative: {counts['verify_rounds']} verify rounds, {counts['drafts_accepted']} of "
-            f"{counts['drafts_proposed']} drafts accepted ({counts['acceptance_rate']:.0%}), "
+    return (f"[speculative: {rounds} verify round{'s' * (rounds != 1)}, {counts['drafts_accepted']} of "
+            f"{proposed} draft{'s' * (proposed != 1)} accepted ({counts['acceptance_rate']:.0%}), "
             f"{counts['accepted_per_round']:.2f} accepted per round]")
 # --8<-- [end:speculative_footer]
 
