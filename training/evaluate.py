@@ -3,8 +3,8 @@
 Scope: bits per character of a token stream (cross-entropy over characters, so it compares across
 tokenizers), the held-out scores taken during training; one request through this project's engine
 (``runtime.factory.build_engine``), plainly or with a draft; speculative acceptance over a set of prompts;
-distinct 4-grams (repetition); and, position by position on the target's own text, whether the draft's
-argmax is the target's token, by kind of token.
+distinct 4-grams (repetition) of greedy or sampled text; and, position by position on the target's own
+text, whether the draft's argmax is the target's token, by kind of token.
 
 Non-scope: the prompts, the settings and the record of a measuring run (``measure.py``), the loop that calls
 the held-out scores (``loop.py``).
@@ -104,6 +104,19 @@ def distinct_4grams(tokens: Sequence[int]) -> float:
     counts = distinct_4gram_counts(tokens)
     return round(counts["distinct"] / counts["fourgrams"], 3)
 # --8<-- [end:distinct_4grams]
+
+
+def repetition_runs(target, prompts: Sequence[list[int]], tokens: int, fields: dict[str, Any],
+                    seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Distinct and all 4-grams of ``tokens`` tokens (eos ignored) after each prompt, for each seed;
+    ``fields`` are the sampling settings (none: greedy)."""
+    runs = []
+    for i, prompt in enumerate(prompts):
+        for seed in seeds:
+            params = SamplingParams(max_new_tokens=tokens, ignore_eos=True, seed=seed, **fields)
+            runs.append({"prompt": i, "seed": seed,
+                         **distinct_4gram_counts(decode(target, None, prompt, 0, params)["tokens"])})
+    return runs
 
 
 def token_kind(text: str) -> str:

@@ -15,9 +15,9 @@ computation on the bfloat16 weights, through this engine (``runtime.factory.buil
 * width 4 at temperatures 0.6 and 1.0 (seeded);
 * wall time and tokens per second of plain and speculative decoding (median of three runs);
 * repetition: distinct 4-grams among the 4-grams of 200 greedy tokens (the first three prompts);
-* the same counts for 200 sampled tokens at lesson 8's settings, several seeds each, beside greedy
-  (``repetition_sampled``), and the size of the corpora and of their held-out parts (``corpora``): the parts
-  ``--part`` measures alone, each with its own CPU, threads, torch and commit;
+* ``--part``, alone or in a whole run, each with its own CPU, threads, torch and commit: the same counts
+  for 200 sampled tokens at lesson 8's settings and seeds beside greedy (``repetition_sampled``); the
+  corpora's sizes and held-out parts (``corpora``);
 * which tokens the draft predicts as the target does, by kind (line end, punctuation, Chinese character,
   English word), on the target's own greedy text.
 
@@ -46,8 +46,8 @@ from training.evaluate import (
     acceptance,
     agreement_by_kind,
     decode,
-    distinct_4gram_counts,
     distinct_4grams,
+    repetition_runs,
 )
 from training.record import cpu_model, git_commit, write_json
 from training.run import OUTPUT, RUN_CACHE, command
@@ -156,28 +156,15 @@ def provenance() -> dict[str, Any]:
             "commit": git_commit()}
 
 
-def repetition_runs(target, prompts: list[list[int]], fields: dict[str, Any], seeds: tuple[int, ...]
-                    ) -> list[dict[str, Any]]:
-    """Distinct and all 4-grams of ``REPETITION_TOKENS`` tokens (eos ignored) after each prompt, per seed."""
-    runs = []
-    for i, prompt in enumerate(prompts):
-        for seed in seeds:
-            params = SamplingParams(max_new_tokens=REPETITION_TOKENS, ignore_eos=True, seed=seed, **fields)
-            runs.append({"prompt": i, "seed": seed,
-                         **distinct_4gram_counts(decode(target, None, prompt, 0, params)["tokens"])})
-    return runs
-
-
 def repetition_sampled(target, prompts: dict[str, list[list[int]]]) -> dict[str, Any]:
     """Repetition of greedy text beside sampled text at each of ``SAMPLED``'s settings, as counts."""
     part: dict[str, Any] = {**provenance(), "new_tokens": REPETITION_TOKENS, "ignore_eos": True,
                             "prompts": REPETITION_PROMPTS, "seeds": list(SAMPLED_SEEDS),
                             "settings": {"greedy": {}, **SAMPLED}}
     for lang, ps in prompts.items():
-        firsts = ps[:REPETITION_PROMPTS]
-        part[lang] = {"greedy": repetition_runs(target, firsts, {}, (0,))}
-        for name, fields in SAMPLED.items():
-            part[lang][name] = repetition_runs(target, firsts, fields, SAMPLED_SEEDS)
+        part[lang] = {name: repetition_runs(target, ps[:REPETITION_PROMPTS], REPETITION_TOKENS, fields,
+                                            SAMPLED_SEEDS if fields else (0,))
+                      for name, fields in part["settings"].items()}
         print("repetition_sampled", lang, part[lang], flush=True)
     return part
 
@@ -189,9 +176,7 @@ def later_parts(folder: Path, names: list[str], target=None) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     corpus = load_corpus()
-    found: dict[str, Any] = {}
-    if "corpora" in names:
-        found["corpora"] = {**provenance(), **describe_corpus(corpus)}
+    found = {"corpora": {**provenance(), **describe_corpus(corpus)}} if "corpora" in names else {}
     if "repetition_sampled" in names:
         tokenizer = TextTokenizer.from_file(folder / "target" / "tokenizer.json")
         prompts = {lang: [tokenizer.encode(t) for t in ts] for lang, ts in held_out_prompts(corpus).items()}
@@ -251,11 +236,8 @@ def write_parts(folder: Path, names: list[str]) -> int:
     """Measure ``names`` and write them into ``folder/measurements.json``, which must exist already."""
     path = folder / "measurements.json"
     if not path.is_file():
-        raise ValueError(f"--part adds to {path}, which is missing (measure everything first: "
-                         "python -m training.measure)")
-    record = json.loads(path.read_text(encoding="utf-8"))
-    record.update(later_parts(folder, names))
-    write_json(path, record)
+        raise ValueError(f"--part adds to {path}, which is missing (first: python -m training.measure)")
+    write_json(path, {**json.loads(path.read_text(encoding="utf-8")), **later_parts(folder, names)})
     return 0
 
 

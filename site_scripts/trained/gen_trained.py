@@ -4,8 +4,9 @@ Scope: Markdown tables from the committed records under ``trained/`` (``target/t
 ``draft/training.json``, ``draft-corpus-only-training.json``, written by ``python -m
 training``; ``measurements.json``, written by ``python -m training.measure``):
 the models and their bits per character, speculative acceptance against the draft, the width and the
-temperature, tokens per second against plain decoding, which tokens the draft gets right, and repetition
-(the sentences under them come from ``sentences.py``, the records are read by ``committed.py``).
+temperature, tokens per second against plain decoding, which tokens the draft gets right (the sentences
+under them come from ``sentences.py``, the records are read by ``committed.py``); repetition, greedy and
+sampled (``repetition.py``).
 And the terminal output of the pages' ``generate`` commands on ``trained/target`` (greedy, sampled, and
 speculative with ``trained/draft``), run as the doc tests run them.
 
@@ -15,16 +16,21 @@ run), the loss-curve picture (``gen_trained_pictures``).
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
 from site_scripts.build.common import markdown_table, run_shell
-from site_scripts.trained.committed import LANGUAGES, measurements, record
+from site_scripts.trained import repetition
+from site_scripts.trained.committed import LANGUAGES, agreed, measurements, per_round, record
 from site_scripts.trained.sentences import (
     agreement_summary,
+    corpora_summary,
     drafts_summary,
     recipe_summary,
     reproduce_summary,
+    seeded_summary,
     speed_summary,
     temperatures_summary,
     widths_summary,
@@ -58,28 +64,34 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min"
 
 
+MODELS = (("target", "trained/target"), ("draft", "trained/draft (distilled)"),
+          ("draft-corpus-only", "draft, corpus only (not committed)"))
+
+
 def models_table() -> str:
-    """Shape, training and held-out / unseen bits per character of the target and both drafts."""
-    rows = []
-    for name, label in (("target", "trained/target"), ("draft", "trained/draft (distilled)"),
-                        ("draft-corpus-only", "draft, corpus only (not committed)")):
+    """Shape and training of the target and both drafts, then their held-out / unseen bits per character:
+    two tables, so that each fits the page's width."""
+    shapes, scores = [], []
+    for name, label in MODELS:
         made = record(name)
-        config, scores, schedule = made["config"], made["scores"], made["schedule"]
+        config, schedule = made["config"], made["schedule"]
         kinds = ", ".join(f"{config['layer_types'].count(k)} {k.split('_')[0]}"
                           for k in ("linear_attention", "full_attention"))
-        rows.append([label, f"{config['hidden_size']} x {len(config['layer_types'])} ({kinds})",
-                     f"{made['parameters'] / 1e6:.2f} M", f"{schedule['steps']}",
-                     f"{made['tokens_seen'] / 1e6:.2f} M", _minutes(made["training"]["wall_s"]),
-                     f"{made['cpu']}, {made['threads']} threads",
-                     *(f"{scores[key]['bits_per_char']:.2f}" for key in
-                       ("held_out_en", "held_out_zh", "unseen_en", "unseen_zh"))])
-    header = ["model", "hidden x layers", "parameters", "steps", "tokens seen", "training time", "trained on",
-              "held-out English", "held-out Chinese", "unseen English", "unseen Chinese"]
+        shapes.append([label, f"{config['hidden_size']} x {len(config['layer_types'])} ({kinds})",
+                       f"{made['parameters'] / 1e6:.2f} M", f"{schedule['steps']}",
+                       f"{made['tokens_seen'] / 1e6:.2f} M", _minutes(made["training"]["wall_s"]),
+                       f"{made['cpu']}, {made['threads']} threads"])
+        scores.append([label, *(f"{made['scores'][key]['bits_per_char']:.2f}" for key in
+                                ("held_out_en", "held_out_zh", "unseen_en", "unseen_zh"))])
     target = record("target")
-    note = (f"`bits per character; target: torch={target['torch']}, "
-            f"seed={target['seed']}, batch={target['schedule']['batch']} x {target['schedule']['seq_len']} "
-            f"tokens, commit={target['commit'][:12]}`")
-    return "\n".join([note, "", *markdown_table(header, rows)]) + "\n"
+    note = (f"`target: torch={target['torch']}, seed={target['seed']}, batch={target['schedule']['batch']} x "
+            f"{target['schedule']['seq_len']} tokens, commit={target['commit'][:12]}`")
+    shape_header = ["model", "hidden x layers", "parameters", "steps", "tokens seen", "training time",
+                    "trained on"]
+    score_header = ["model (bits per character)", "held-out English", "held-out Chinese", "unseen English",
+                    "unseen Chinese"]
+    return "\n".join([note, "", *markdown_table(shape_header, shapes), "",
+                      *markdown_table(score_header, scores)]) + "\n"
 
 
 # --8<-- [start:targets]
@@ -97,7 +109,7 @@ def target_values() -> list[tuple[str, str, float, float, bool]]:
     scores, widths = record("target")["scores"], measurements()["widths"]
     found = []
     for what, (where, key), bound, threshold in QUALITY_TARGETS:
-        value = scores[key]["bits_per_char"] if where == "target" else widths[key]["4"]["accepted_per_round"]
+        value = scores[key]["bits_per_char"] if where == "target" else per_round(widths[key]["4"])
         met = value <= threshold if bound == "at most" else value >= threshold
         found.append((what, bound, threshold, value, met))
     return found
@@ -110,12 +122,16 @@ def targets_table() -> str:
     return "\n".join(markdown_table(["figure", "target", "measured", "met"], rows)) + "\n"
 
 
+SHA_SHOWN = 12  # hex digits of a corpus's SHA-256 in the table; the whole hash is in the training record
+
+
 def corpora_table() -> str:
-    """Each corpus: package, version, licence, SHA-256, and what it is used for."""
+    """Each corpus: package, version, licence, the start of its SHA-256, and what it is used for."""
     made = record("target")
-    rows = [[f"{c['registry']} `{c['name']}` {c['version']}", c["licence"], f"`{c['sha256'][:16]}…`"]
+    rows = [[f"{c['registry']} `{c['name']}` {c['version']}", c["licence"], f"`{c['sha256'][:SHA_SHOWN]}`"]
             for c in made["corpora"]]
-    lines = markdown_table(["package", "licence", "SHA-256"], rows, align="lll")
+    lines = markdown_table(["package", "licence", f"SHA-256 (first {SHA_SHOWN} digits; all 64 in "
+                            "`trained/target/training.json`)"], rows, align="lll")
     uses = [f"- `{key}`: {text}" for key, text in made["sources"].items()]
     return "\n".join([*lines, "", *uses]) + "\n"
 
@@ -126,7 +142,7 @@ def _acceptance_rows(by_key: dict[str, dict[str, Any]], keys: list[str]) -> list
         row = [key]
         for lang in LANGUAGES:
             got = by_key[lang][key]
-            row += [f"{got['accepted_per_round']:.2f}", f"{got['accepted']}/{got['proposed']}"]
+            row += [f"{per_round(got):.2f}", f"{got['accepted']}/{got['proposed']}"]
         rows.append(row)
     return rows
 
@@ -185,22 +201,25 @@ def agreement_table() -> str:
         row = [kind]
         for lang in LANGUAGES:
             got = m["agreement_by_kind"][lang].get(kind)
-            row.append(f"{got['share']:.0%} ({got['agree']}/{got['tokens']})" if got else "-")
+            row.append(f"{agreed(got):.0%} ({got['agree']}/{got['tokens']})" if got else "-")
         rows.append(row)
     header = ["token kind", *(f"{n}: draft = target" for n in LANGUAGES.values())]
     return "\n".join(markdown_table(header, rows)) + "\n"
 
 
-def repetition_table() -> str:
-    m = measurements()
-    rows = [[name, ", ".join(f"{v:.2f}" for v in m["repetition"][lang]["distinct_4grams"])]
-            for lang, name in LANGUAGES.items()]
-    header = ["prompts", "distinct 4-grams / all 4-grams, 200 greedy tokens each"]
-    return "\n".join(markdown_table(header, rows)) + "\n"
+@functools.cache
+def command_output(path: str) -> str:
+    """The output of one of the pages' commands, run once per build (its snippet and its summary share it)."""
+    return run_shell(COMMANDS[path])
 
 
 def _command(path: str) -> Callable[[], str]:
-    return lambda: run_shell(COMMANDS[path])
+    return lambda: command_output(path)
+
+
+def _sampling_summary(zh: bool) -> str:
+    most = int(re.search(r"--max-new-tokens (\d+)", COMMANDS["trained/sampling.txt"]).group(1))
+    return repetition.sampling_summary(command_output("trained/sampling.txt"), most, zh)
 
 
 OUTPUTS: dict[str, Callable[[], str]] = {
@@ -210,7 +229,9 @@ OUTPUTS: dict[str, Callable[[], str]] = {
        for name, f in (("widths", widths_summary), ("drafts", drafts_summary),
                        ("agreement", agreement_summary), ("temperatures", temperatures_summary),
                        ("speed", speed_summary), ("recipe", recipe_summary),
-                       ("reproduce", reproduce_summary))
+                       ("reproduce", reproduce_summary), ("seeded", seeded_summary),
+                       ("corpora", corpora_summary), ("repetition", repetition.repetition_summary),
+                       ("greedy-loop", repetition.greedy_loop_summary), ("sampling", _sampling_summary))
        for suffix, zh in (("", False), (".zh", True))},
     "trained/corpora.md": corpora_table,
     "trained/widths.md": widths_table,
@@ -218,6 +239,7 @@ OUTPUTS: dict[str, Callable[[], str]] = {
     "trained/drafts.md": drafts_table,
     "trained/speed.md": speed_table,
     "trained/agreement.md": agreement_table,
-    "trained/repetition.md": repetition_table,
+    "trained/repetition.md": repetition.repetition_table,
+    "trained/greedy-loop.txt": repetition.greedy_loop_text,
     **{path: _command(path) for path in COMMANDS},
 }

@@ -3,8 +3,8 @@
 Scope: ``trained-loss.<lang>.svg``: on the left the training loss against tokens seen (the target and the
 corpus-only draft in nats per token, the distilled draft's KL divergence from the target in nats per token);
 on the right the target's held-out bits per character during training and at the end, per language. The
-title names the CPU the records say the training ran on. Non-scope: training (the ``training`` package), the
-tables (``gen_trained``).
+title names each CPU and number of threads the training records say the models ran on. Non-scope: training
+(the ``training`` package), the tables (``gen_trained``).
 """
 
 from __future__ import annotations
@@ -19,11 +19,15 @@ from site_scripts.trained.committed import record
 OUTPUT_DIR = "docs/assets/pictures"
 LANGUAGES = ("zh", "en")
 LABELS = {
-    "zh": {"title": "训练曲线（{cpu}，1 个线程）", "tokens": "已训练的 token 数（百万）",
+    "zh": {"title": "训练曲线（{machines}）", "machine": "{who}：{cpu}，{threads} 个线程", "sep": "；",
+           "who": {"target draft corpus": "三个模型", "draft corpus": "两个 draft"},
+           "tokens": "已训练的 token 数（百万）",
            "loss": "训练损失（nat/token）", "bits": "留出集 bits/字符", "target": "target（下一个 token）",
            "draft": "draft（蒸馏：与 target 的 KL）", "corpus": "draft（只用语料）",
            "en": "英文", "zh": "中文"},
-    "en": {"title": "Training curves ({cpu}, 1 thread)", "tokens": "tokens trained on (millions)",
+    "en": {"title": "Training curves ({machines})", "machine": "{who}: {cpu}, {threads} threads", "sep": "; ",
+           "who": {"target draft corpus": "all three", "draft corpus": "drafts"},
+           "tokens": "tokens trained on (millions)",
            "loss": "training loss (nats/token)", "bits": "held-out bits per character",
            "target": "target (next token)", "draft": "draft (distilled: KL from the target)",
            "corpus": "draft (corpus only)", "en": "English", "zh": "Chinese"},
@@ -33,6 +37,16 @@ COLORS = {"target": "#1f77b4", "draft": "#ff7f0e", "corpus": "#7f7f7f", "en": "#
 
 def _tokens_per_step(made: dict[str, Any]) -> float:
     return made["schedule"]["batch"] * made["schedule"]["seq_len"] / 1e6
+
+
+def title(lang: str, runs: dict[str, dict[str, Any]]) -> str:
+    """The title: each machine the records name (CPU, threads) and the models that trained on it."""
+    labels, where = LABELS[lang], {}
+    for key, made in runs.items():
+        where.setdefault((made["cpu"], made["threads"]), []).append(key)
+    parts = [labels["machine"].format(who=labels["who"].get(" ".join(keys), " + ".join(keys)), cpu=cpu,
+                                      threads=threads) for (cpu, threads), keys in where.items()]
+    return labels["title"].format(machines=labels["sep"].join(parts))
 
 
 def loss_picture(lang: str) -> str:
@@ -61,7 +75,7 @@ def loss_picture(lang: str) -> str:
         bits.set_xlabel(labels["tokens"])
         bits.set_ylabel(labels["bits"])
         bits.legend()
-        figure.suptitle(labels["title"].format(cpu=target["cpu"]))
+        figure.suptitle(title(lang, runs))
         return figure
 
     return draw_svg(draw)
