@@ -68,6 +68,8 @@ $(PYODIDE_STAMP): site_scripts/build/pyodide.json | $(STAMP)
 	$(BIN)/python -m site_scripts.build.fetch_pyodide
 	touch $(PYODIDE_STAMP)
 
+# Runs only the generators whose inputs or outputs changed since their last run here (stamps under
+# .cache/regenerate/), so a second `make serve` starts in seconds; `regenerate --all` runs every one.
 snippets: $(STAMP)
 	$(BIN)/python -m site_scripts.build.regenerate
 

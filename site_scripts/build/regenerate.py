@@ -1,8 +1,9 @@
 """Regenerate snippets/, the generated text that the site's pages embed (and docs/assets/pictures/).
 
-Scope: finding the generator modules, writing their outputs under ``snippets/``, and checking that the files
-there are current (``--check``, which a test runs). Non-scope: what any snippet says (each generator owns its
-outputs) and deleting files: a snippet that no generator writes any more is removed by hand.
+Scope: finding the generator modules, running those whose inputs changed and writing their outputs under
+``snippets/``, and checking that the files there are current (``--check``, which a test runs). Non-scope: what
+any snippet says (each generator owns its outputs); what counts as a generator's input (``stamps.py``);
+deleting files: a snippet that no generator writes any more is removed by hand.
 
 The convention for generators:
 
@@ -22,17 +23,21 @@ The convention for generators:
 
 Usage::
 
-    python -m site_scripts.build.regenerate             # write every output that changed (machine-
-                                                        # dependent outputs written on another machine
-                                                        # are left as they are)
-    python -m site_scripts.build.regenerate --check     # write nothing; exit 1 listing stale or missing
+    python -m site_scripts.build.regenerate             # run the generators whose inputs or outputs
+                                                        # changed since their last run here (stamps.py);
+                                                        # write what changed (machine-dependent outputs
+                                                        # written on another machine are left as they are)
+    python -m site_scripts.build.regenerate --all       # the same, but every generator runs
+    python -m site_scripts.build.regenerate --check     # every generator runs; write nothing, exit 1
+                                                        # listing stale or missing files
     python -m site_scripts.build.regenerate --only toy  # only site_scripts/lessons/gen_toy.py
                                                         # (``--only toy,abc``: two)
 
-Each generator prints one progress line on stderr as it finishes (``[3/21] gen_toy: 4 files, 1.2 s``), so a
-first ``make serve`` shows what it is doing. Two options serve the tests, which render every snippet once per
-test session and hold several invariants on that one rendering: ``--save FILE`` also writes the rendered texts
-(JSON, path -> text), and ``--from FILE`` takes them from such a file instead of running the generators.
+So a second ``make serve`` reaches the site in seconds. A first line on stderr says how many generators run
+and why; each prints one line as it finishes (``[3/21] gen_toy: 4 files, 1.2 s``), and one every ten seconds
+while it runs. Two options serve the tests, which render every snippet once per test session and hold several
+invariants on that one rendering: ``--save FILE`` also writes the rendered texts (JSON, path -> text; every
+generator runs), and ``--from FILE`` takes them from such a file instead of running the generators.
 """
 
 from __future__ import annotations
@@ -42,17 +47,22 @@ import difflib
 import importlib
 import json
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
+from site_scripts.build import stamps
 from site_scripts.build.common import ROOT, GeneratorError, MachineDependent
 
 OUTPUT_DIRS = ("snippets", "docs/assets/pictures")  # where generators may write, relative to ROOT
 PACKAGE = "site_scripts"
 DIFF_LINES = 30
+HEARTBEAT_S = 10.0  # while a generator runs, a line on stderr this often
 
 Generator = Callable[[], str]
+After = Callable[[str, dict[str, str], set[str]], None]  # a generator's name, its texts, the files it read
 
 
 def generator_modules() -> dict[str, str]:
@@ -175,29 +185,52 @@ def kept_from_other_machine(
         for path in (group.record, *group.outputs):
             kept.pop(path)
         here = texts[group.record].strip()
-        notes.append(f"kept {group.record} and {', '.join(group.outputs)}: written on another machine "
-                     f"(this one is `{here}`); `--check` compares the pages' claims here")
+        notes.append(f"kept {', '.join((group.record, *group.outputs))} as committed, as expected: their "
+                     f"last digits depend on the CPU that computed them, and this machine (`{here}`) is not "
+                     "the one that wrote them, so it does not rewrite them (`--check` checks the pages' "
+                     "claims here instead)")
     return kept, notes
 
 
-def render(outputs: Mapping[str, tuple[str, Generator]]) -> dict[str, str]:
+@contextmanager
+def heartbeat(name: str) -> Iterator[None]:
+    """While the body runs, a line on stderr every :data:`HEARTBEAT_S` seconds: a long run is not silent."""
+    done, started = threading.Event(), time.perf_counter()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            print(f"  {name} still running, {time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def render(outputs: Mapping[str, tuple[str, Generator]], after: After | None = None) -> dict[str, str]:
     """Call every generator function; returns path -> text.
 
-    One line on stderr as each generator finishes: its place, its file count and how long it took.
+    One line on stderr as each generator finishes: its place, its file count and how long it took. ``after``,
+    if given, is called as each generator finishes, with the files it read (``stamps.reading``).
     """
     texts: dict[str, str] = {}
     names = list(dict.fromkeys(name for name, _ in outputs.values()))
     for place, name in enumerate(names, start=1):
         started = time.perf_counter()
         paths = [path for path, (owner, _) in outputs.items() if owner == name]
-        for path in paths:
-            text = outputs[path][1]()
-            if not isinstance(text, str):
-                raise GeneratorError(f"{name}: {path} returned {type(text).__name__}, not str")
-            texts[path] = text
+        with stamps.reading(ROOT) as read, heartbeat(name):
+            made = {path: outputs[path][1]() for path in paths}
+        wrong = next((path for path, text in made.items() if not isinstance(text, str)), None)
+        if wrong:
+            raise GeneratorError(f"{name}: {wrong} returned {type(made[wrong]).__name__}, not str")
         seconds = time.perf_counter() - started
-        line = f"[{place}/{len(names)}] {name}: {len(paths)} files, {seconds:.1f} s"
-        print(line, file=sys.stderr, flush=True)
+        print(f"[{place}/{len(names)}] {name}: {len(paths)} files, {seconds:.1f} s", file=sys.stderr)
+        texts.update(made)
+        if after is not None:
+            after(name, made, read)
     return texts
 
 
@@ -241,6 +274,42 @@ def write(texts: Mapping[str, str], changed: Sequence[str]) -> None:
         target.write_text(texts[path], encoding="utf-8", newline="\n")
 
 
+def write_current(texts: Mapping[str, str], groups: Sequence[MachineDependent]) -> int:
+    """Write the texts that differ from their files, but those :func:`kept_from_other_machine`; print a line
+    for each file written or kept. Returns how many were written."""
+    kept, notes = kept_from_other_machine(texts, groups)
+    diffs = stale(kept)
+    write(kept, list(diffs))
+    for line in [f"wrote {path}" for path in diffs] + notes:
+        print(line, flush=True)
+    return len(diffs)
+
+
+def write_changed(outputs: Mapping[str, tuple[str, Generator]], every: bool) -> tuple[dict[str, str], int]:
+    """Write mode: run the generators ``stamps.plan`` picks; as each finishes, write its outputs and stamp (an
+    interrupted run keeps what it finished). Returns the texts rendered and how many files were written."""
+    modules, prints, written = generator_modules(), stamps.fingerprints(ROOT), 0
+    generators = {name: (modules[name], [path for path in outputs if outputs[path][0] == name])
+                  for name in dict.fromkeys(owner for owner, _ in outputs.values())}
+    reasons = stamps.plan(prints, generators, every)
+
+    def after(name: str, texts: dict[str, str], read: set[str]) -> None:
+        nonlocal written
+        written += write_current(texts, machine_dependent([name]))
+        if prints is not None:
+            stamps.record(prints, name, modules[name], texts, read)
+
+    return render({path: o for path, o in outputs.items() if o[0] in reasons}, after), written
+
+
+def summary(snippets: int, ran: int, written: int, skipped: int) -> str:
+    """The last line of a write: what was compared with its file, what was written, what did not run."""
+    skip = f"{skipped} generators up to date, not run (inputs unchanged)"
+    done = f"{written} rewritten (listed above)" if written else "none needed rewriting (all current)"
+    line = f"{snippets} snippets from {ran} generators checked; {done}"
+    return skip if not ran else f"{line}; {skip}" if skipped else line
+
+
 def check(texts: Mapping[str, str], groups: Sequence[MachineDependent], generators: int) -> int:
     """``--check``: print what is stale (and what was not compared, and why); returns the exit code."""
     compared, notes, broken = set_aside_other_machine(texts, groups)
@@ -263,7 +332,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m site_scripts.build.regenerate",
         description="Regenerate snippets/ from the site_scripts/*/gen_*.py generators.",
     )
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
+    parser.add_argument("--check", action="store_true",
+                        help="run every generator and write nothing; exit 1 if a file is stale")
+    parser.add_argument("--all", action="store_true",
+                        help="run every generator, even one whose inputs did not change since it last ran")
     parser.add_argument("--only", metavar="NAME",
                         help="run only this generator (gen_NAME.py); several: NAME,NAME")
     parser.add_argument("--save", metavar="FILE", help="also write the rendered texts to FILE (JSON)")
@@ -282,8 +354,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         outputs = collect_outputs(names)
-        texts = saved(args.source, outputs) if args.source else render(outputs)
-        groups = machine_dependent(names)
+        groups, written = machine_dependent(names), 0
+        if args.source:
+            texts = saved(args.source, outputs)
+        elif args.check:
+            print(f"checking snippets: all {len(names)} generators run", file=sys.stderr)
+            texts = render(outputs)
+        else:
+            texts, written = write_changed(outputs, every=args.all or bool(args.save))
     except GeneratorError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -291,12 +369,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.save).write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
     if args.check:
         return check(texts, groups, len(names))
-    kept, notes = kept_from_other_machine(texts, groups)
-    diffs = stale(kept)
-    write(kept, list(diffs))
-    for line in [f"wrote {path}" for path in diffs] + notes:
-        print(line)
-    print(f"{len(texts)} snippets from {len(names)} generators; {len(diffs)} written")
+    if args.source:
+        written = write_current(texts, groups)
+    ran = len({outputs[path][0] for path in texts})
+    print(summary(len(texts), ran, written, len(names) - ran))
     return 0
 
 
