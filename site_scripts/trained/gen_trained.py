@@ -66,6 +66,10 @@ def _minutes(seconds: float) -> str:
 
 MODELS = (("target", "trained/target"), ("draft", "trained/draft (distilled)"),
           ("draft-corpus-only", "draft, corpus only (not committed)"))
+SHAPE_HEADER = ["model", "hidden x layers", "parameters", "steps", "tokens seen", "training time",
+                "trained on"]
+SCORE_HEADER = ["model (bits per character)", *(f"{part} {lang}" for part in ("held-out", "unseen")
+                                                for lang in ("English", "Chinese"))]
 
 
 def models_table() -> str:
@@ -86,12 +90,8 @@ def models_table() -> str:
     target = record("target")
     note = (f"`target: torch={target['torch']}, seed={target['seed']}, batch={target['schedule']['batch']} x "
             f"{target['schedule']['seq_len']} tokens, commit={target['commit'][:12]}`")
-    shape_header = ["model", "hidden x layers", "parameters", "steps", "tokens seen", "training time",
-                    "trained on"]
-    score_header = ["model (bits per character)", "held-out English", "held-out Chinese", "unseen English",
-                    "unseen Chinese"]
-    return "\n".join([note, "", *markdown_table(shape_header, shapes), "",
-                      *markdown_table(score_header, scores)]) + "\n"
+    tables = [*markdown_table(SHAPE_HEADER, shapes), "", *markdown_table(SCORE_HEADER, scores)]
+    return "\n".join([note, "", *tables]) + "\n"
 
 
 # --8<-- [start:targets]
@@ -165,18 +165,6 @@ def _acceptance_table(key: str, first: str) -> str:
     return "\n".join([_measured_note(m), "", *markdown_table(_acceptance_header(first), rows)]) + "\n"
 
 
-def widths_table() -> str:
-    return _acceptance_table("widths", "width k (greedy)")
-
-
-def temperatures_table() -> str:
-    return _acceptance_table("temperatures", "temperature (k=4)")
-
-
-def drafts_table() -> str:
-    return _acceptance_table("drafts", "draft (k=4, greedy)")
-
-
 def speed_table() -> str:
     m = measurements()
     rows = []
@@ -234,9 +222,9 @@ OUTPUTS: dict[str, Callable[[], str]] = {
                        ("greedy-loop", repetition.greedy_loop_summary), ("sampling", _sampling_summary))
        for suffix, zh in (("", False), (".zh", True))},
     "trained/corpora.md": corpora_table,
-    "trained/widths.md": widths_table,
-    "trained/temperatures.md": temperatures_table,
-    "trained/drafts.md": drafts_table,
+    **{f"trained/{key}.md": functools.partial(_acceptance_table, key, first) for key, first in (
+        ("widths", "width k (greedy)"), ("temperatures", "temperature (k=4)"),
+        ("drafts", "draft (k=4, greedy)"))},
     "trained/speed.md": speed_table,
     "trained/agreement.md": agreement_table,
     "trained/repetition.md": repetition.repetition_table,
