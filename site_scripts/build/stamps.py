@@ -12,7 +12,8 @@ Inputs are taken broadly (a stale snippet on the site is a bug, a needless run o
 * the versions of Python and torch.
 
 Non-scope: what to write (``regenerate.py``); relative imports (the repository has none); files read in
-another process, or by C code rather than Python's ``open``, beyond the shared inputs.
+another process, by C code rather than Python's ``open``, or when the modules are imported (before any
+generator runs; today only records under ``snippets/``), beyond the shared inputs.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     if not _OPENED or event not in ("open", "os.listdir", "os.scandir"):
         return
     if event == "open" and (set(args[1]) & set("wax+") if isinstance(args[1], str)
-                            else args[2] & (os.O_WRONLY | os.O_RDWR)):
+                            else (args[2] or 0) & (os.O_WRONLY | os.O_RDWR)):
         return  # opened for writing
     if args[0] is None or isinstance(args[0], (str, bytes, os.PathLike)):
         _OPENED[-1].add((event != "open", os.fsdecode(args[0] or ".")))
@@ -109,6 +110,7 @@ def reading(root: Path) -> Iterator[set[str]]:
         _HOOKED = True
     opened: set[tuple[bool, str]] = set()
     read: set[str] = set()
+    root = root.resolve()
     _OPENED.append(opened)
     try:
         yield read
