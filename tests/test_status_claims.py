@@ -83,7 +83,8 @@ def test_the_sentences_name_what_the_committed_records_hold() -> None:
     assert "NVIDIA H200 at commit `207e234` (eager)" in gpu
     assert "graph execution has never run on a CUDA GPU" in gpu
     assert "nothing has run on an Ascend NPU" in gpu
-    assert "only the measurement of the trained models used trained weights" in gen_status.records_sentence("en")
+    sentence = gen_status.records_sentence("en")
+    assert "only the measurement of the trained models used trained weights" in sentence
 
 
 def test_the_trained_models_measurement_counts_as_a_cpu_file_on_trained_weights() -> None:
