@@ -9,8 +9,9 @@ that no page logs a console error, that no request fails or leaves 127.0.0.1, th
 leads to its twin, that code blocks are highlighted and mermaid diagrams drawn, that search finds a lesson by
 a Chinese word and by an English word, and that the 404 page works below the sub-path. The same visit of each
 lesson page measures its lines against the bounds of ``tests/test_line_widths.py`` (a second visit of the 30
-lesson pages would be a minute of a test run). Screenshots of both home pages and one lesson in each language
-are written to ``build/screenshots/`` (a build artefact, not committed).
+lesson pages would be a minute of a test run), and the same visit of every page measures its tables against
+their boxes and its code blocks' first lines against the copy button. Screenshots of both home pages and one
+lesson in each language are written to ``build/screenshots/`` (a build artefact, not committed).
 
 Non-scope: what the pages say, and the strict build's own checks (``tests/test_site_build.py``). GitHub Pages
 itself: on the hosted site a missing path gets the ``404.html`` at the root of the published branch, which
@@ -36,11 +37,14 @@ import pytest
 from session_builds import Hosted
 from test_line_widths import (
     CODE_VISIBLE_SHARE,
+    LESSON_URL,
     LESSONS,
     PHONE,
     Block,
+    Boxes,
     cut_report,
     lesson_paths,
+    measure_boxes,
     measure_lines,
 )
 
@@ -97,6 +101,7 @@ class Visit:
     raw_attributes: list[str] = field(default_factory=list)  # headings or nav entries showing "{#id}"
     blocks: list[Block] = field(default_factory=list)  # a lesson's highlighted blocks at VIEWPORT
     phone_width: int | None = None  # a lesson's width at a phone's viewport
+    boxes: Boxes = field(default_factory=lambda: Boxes([], []))  # tables and copy buttons at VIEWPORT
 
 
 def _handler(root: Path, not_found: Path) -> type[http.server.SimpleHTTPRequestHandler]:
@@ -237,6 +242,7 @@ def finish_page(page: Page, visit: Visit) -> None:
         visit.mermaid_drawn = page.evaluate(DRAWN_DIAGRAMS)
     visit.switch = language_menu(page)
     visit.raw_attributes = page.eval_on_selector_all(HEADINGS_AND_NAV, SHOWING_RAW_IDS)
+    visit.boxes = measure_boxes(page)
     measured = measure_lines(page, visit.url, VIEWPORT, SCREENSHOTS)  # last: it resizes the page to a phone's
     if measured is not None:
         visit.blocks, visit.phone_width = measured
@@ -305,6 +311,24 @@ def test_no_lesson_page_is_wider_than_a_phone(visits: list[Visit]) -> None:
     widths = {visit.url: visit.phone_width for visit in visits if visit.phone_width is not None}
     wide = {url: width for url, width in widths.items() if width > PHONE["width"]}
     assert widths and not wide, f"pages wider than {PHONE['width']} px: {wide}"
+
+
+def test_no_table_on_any_page_is_wider_than_its_box_at_1300_px(visits: list[Visit], base_url: str) -> None:
+    tables = {visit.url[len(base_url):]: visit.boxes.tables for visit in visits if visit.boxes.tables}
+    assert any(not LESSON_URL.search("/" + path) for path in tables), "no table measured outside the lessons"
+    wide = {path: [f"{width} px in {box} px: {header!r}" for width, box, header in rows if width > box]
+            for path, rows in tables.items()}
+    wide = {path: rows for path, rows in wide.items() if rows}
+    assert not wide, f"tables wider than their box: {wide}"
+
+
+def test_no_copy_button_covers_the_first_line_of_a_code_block(visits: list[Visit], base_url: str) -> None:
+    # every block of a lesson; elsewhere the blocks that fit their box (one that scrolls can scroll clear)
+    held = [(visit.url[len(base_url):], block) for visit in visits for block in visit.boxes.copy_blocks
+            if LESSON_URL.search(visit.url) or not block[1]]
+    assert sum(1 for path, _ in held if LESSON_URL.search("/" + path)) > 100
+    covered = [f"{path}: {line!r}" for path, (under, _, line) in held if under]
+    assert not covered, f"{len(covered)} first lines under the copy button:\n" + "\n".join(covered)
 
 
 def test_no_request_fails(visits: list[Visit]) -> None:

@@ -10,6 +10,11 @@ At a 390 px phone viewport no lesson page may be wider than the screen; a screen
 written to ``build/screenshots/`` for a person to look at. What makes the lines fit is
 ``docs/stylesheets/lines.css`` (see its comment).
 
+The same visit measures, on every page of the site at 1300 px (:func:`measure_boxes`): each table's width
+against the box it sits in (Material's scrolling wrapper), so no table is wider than its box; and, on each
+highlighted block that carries Material's copy button, whether the button covers any character of the block's
+first line as laid out (the stylesheet keeps that line short of the button).
+
 Without a browser (here): every section of a Python file embedded in a lesson gets the file's own line
 numbers (``site_scripts/build/mkdocs_hooks.py``), so a ``file:line`` in the text can be found on the page.
 
@@ -44,6 +49,34 @@ BLOCKS = """() => [...document.querySelectorAll('.md-content .highlight code')].
   code.scrollWidth, code.clientWidth, code.textContent.split(String.fromCharCode(10))[0].slice(0, 60),
 ])"""
 PAGE_WIDTH = "() => document.documentElement.scrollWidth"
+# Per table: [width it takes, width of its box, its header row]
+TABLES = """() => [...document.querySelectorAll('.md-content table')].map(table => [
+  Math.round(Math.max(table.scrollWidth, table.getBoundingClientRect().width)),
+  (table.closest('.md-typeset__scrollwrap') || table.parentElement).clientWidth,
+  table.rows.length ? table.rows[0].textContent.replace(/\\s+/g, ' ').trim().slice(0, 60) : '',
+])"""
+# Per block with a copy button: [a character of its first line lies under the button, the block scrolls
+# sideways, its first line]. The first line is the first line box: it ends at a newline or where it wraps.
+COPY_BUTTONS = """() => [...document.querySelectorAll('.md-content .highlight pre')].flatMap(pre => {
+  const nav = pre.querySelector(':scope > .md-code__nav'), code = pre.querySelector(':scope > code');
+  if (!nav || !code) return [];
+  const b = nav.getBoundingClientRect(), range = document.createRange();
+  const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+  let top = null, covered = false;
+  lines: for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.data.length; i++) {
+      if (node.data[i] === '\\n') break lines;
+      if (!node.data[i].trim()) continue;
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const r = range.getBoundingClientRect();
+      if (top === null) top = r.top;
+      if (r.top > top + r.height / 2) break lines;
+      covered = covered || (r.right > b.left && r.left < b.right && r.bottom > b.top && r.top < b.bottom);
+    }
+  }
+  return [[covered, code.scrollWidth > code.clientWidth, code.textContent.split('\\n')[0].slice(0, 60)]];
+})"""
 
 SECTION = re.compile(r'-{1,}8<-{1,}[ \t]+"([^":]+\.py:[\w-]+)"')
 SECTION_INCLUDE = re.compile(r'^[ \t]*```+[ \t]*[\w+-]+[^\n]*linenums="(?P<first>\d+)"[^\n]*\n'
@@ -92,6 +125,21 @@ def measure_lines(page: Page, url: str, window: dict[str, int],
         page.locator(".language-text.highlight").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshots / "lesson-13-phone.png"))
     return blocks, width
+
+
+@dataclass(frozen=True)
+class Boxes:
+    """What a page of the site showed at WINDOW: its tables, its blocks' first lines by the copy button."""
+
+    tables: list[tuple[int, int, str]]  # (width the table takes, width of its box, its header row)
+    copy_blocks: list[tuple[bool, bool, str]]  # (first line under the copy button, block scrolls, first line)
+
+
+def measure_boxes(page: Page) -> Boxes:
+    """The tables and the copy buttons of a page loaded at WINDOW (call it before :func:`measure_lines`,
+    which resizes the page to a phone's)."""
+    return Boxes([tuple(row) for row in page.evaluate(TABLES)],
+                 [tuple(row) for row in page.evaluate(COPY_BUTTONS)])
 
 
 def cut_report(cut: list[Block]) -> str:
