@@ -24,6 +24,7 @@ FILES = {
     "fam/gen_a.py": "from fam import helper\n",
     "fam/helper.py": "WORD = 'a'\n",
     "fam/gen_b.py": "import json\n",
+    "fam/words.toml": "[gen_a]\n",
     "data.txt": "read by gen_a\n",
     "mini_deepinfer/core.py": "ENGINE = 1\n",
 }
@@ -86,6 +87,7 @@ def test_a_second_run_with_nothing_changed_runs_no_generator(family: Family, cap
     ("data.txt", {"gen_a": 1}),  # a file it read while it ran
     ("fam/helper.py", {"gen_a": 1}),  # a module it imports
     ("fam/gen_b.py", {"gen_b": 1}),  # its own module
+    ("fam/words.toml", {"gen_a": 1, "gen_b": 1}),  # the phrase tables beside their modules
     ("mini_deepinfer/core.py", {"gen_a": 1, "gen_b": 1}),  # the engine, which every generator shares
     ("mini_deepinfer/new.py", {"gen_a": 1, "gen_b": 1}),  # a new file of the engine
 ])

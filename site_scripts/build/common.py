@@ -6,8 +6,9 @@ environment of every command a generator or a doc test runs), :func:`run_module`
 forked from a Python that has imported torch) and :func:`run_shell` (a command run exactly as the doc tests
 run it), :func:`read_json` (a committed report),
 :func:`provenance_entries` (a ``provenance.json`` beside committed reports or records, checked) and
-:func:`markdown_table` (the one table writer of the generated pages) and :func:`by_language` (a table of
-phrases, each written in both languages side by side). Non-scope:
+:func:`markdown_table` (the one table writer of the generated pages), :func:`by_language` (a table of
+phrases, each written in both languages side by side) and :func:`phrases` (such tables kept as data, in the
+family's ``words.toml``). Non-scope:
 finding and checking generators (``regenerate.py``), what any snippet says (its generator).
 """
 
@@ -22,6 +23,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 __all__ = [
     "ROOT", "SNIPPETS", "GeneratorError", "MachineDependent",
@@ -130,6 +133,33 @@ def by_language(phrases: Mapping[str, tuple[Any, Any]]) -> dict[str, dict[str, A
     (one table, one key each), so a phrase cannot be added to one language and forgotten in the other.
     """
     return {lang: {key: pair[i] for key, pair in phrases.items()} for i, lang in enumerate(LANGUAGES)}
+
+
+WORDS_FILE = "words.toml"  # a family's phrase tables, beside its modules
+
+
+def phrases(module: str) -> dict[str, Any]:
+    """The phrase tables of the generator module named ``module`` (its ``__name__``): the table named after
+    the module's short name in ``words.toml`` of its family's folder.
+
+    The sentences a generator fills in are data, not code: they are kept in TOML (read with the standard
+    library's ``tomllib``), each phrase's English and Chinese side by side, so a translator edits one file and
+    the module keeps only the logic. A table whose entries each have ``en`` and ``zh`` reads as
+    :func:`by_language` gives it (``phrases(__name__)["words"]["en"]["head"]``); any other table as written.
+    """
+    package, _, name = module.rpartition(".")
+    path = ROOT / Path(*package.split(".")) / WORDS_FILE
+    tables = tomllib.loads(path.read_text(encoding="utf-8"))[name]
+    return {key: _languages(table) for key, table in tables.items()}
+
+
+def _languages(table: Any) -> Any:
+    """``{"en": {...}, "zh": {...}}`` for a table whose every entry is ``{en = ..., zh = ...}``; any other
+    table as it is."""
+    if isinstance(table, dict) and table and all(isinstance(e, dict) and set(e) == set(LANGUAGES)
+                                                 for e in table.values()):
+        return {lang: {key: entry[lang] for key, entry in table.items()} for lang in LANGUAGES}
+    return table
 
 
 def markdown_table(header: Sequence[str | None], rows: Iterable[Sequence[str | None]],

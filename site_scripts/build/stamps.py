@@ -6,7 +6,8 @@ Inputs are taken broadly (a stale snippet on the site is a bug, a needless run o
 
 * shared by every generator: the engine and training code, ``trained/``, ``pyproject.toml`` and the measured
   records (``snippets/**/*.json``), which its demo commands read in other processes, where nothing is traced;
-* its module's source and that of every module of the repository it imports, directly or not;
+* its module's source and that of every module of the repository it imports, directly or not, with the
+  phrase tables (``words.toml``) of their folders;
 * every file of the repository it opened and every folder it listed while it ran (:func:`reading`, through
   Python's audit hooks): a page it quotes, a test whose bounds it prints, the code it counts;
 * the versions of Python and torch.
@@ -31,6 +32,8 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from site_scripts.build.common import WORDS_FILE
 
 STAMPS = ".cache/regenerate"  # the stamps' folder, relative to the repository root
 SHARED = ("mini_deepinfer/", "training/", "trained/", "pyproject.toml")  # with snippets/**/*.json: see above
@@ -149,8 +152,11 @@ class Fingerprints:
         return _hash("\n".join(names).encode())
 
     def static_inputs(self, module: str) -> set[str]:
-        """The inputs known before a run: the shared ones and the module's sources."""
-        return self.shared | module_sources(self.root, module, self._parsed)
+        """The inputs known before a run: the shared ones, the module's sources and the phrase tables beside
+        them (``words.toml``, read when a module is imported, so no run would see it read)."""
+        sources = module_sources(self.root, module, self._parsed)
+        words = {(PurePosixPath(path).parent / WORDS_FILE).as_posix() for path in sources}
+        return self.shared | sources | (words & set(self.files))
 
 
 def fingerprints(root: Path) -> Fingerprints | None:
