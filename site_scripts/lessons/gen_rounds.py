@@ -17,7 +17,7 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from site_scripts.build.common import SNIPPETS, read_json, run_module, run_shell
+from site_scripts.build.common import SNIPPETS, phrases, read_json, run_module, run_shell
 from site_scripts.performance.zh_tables import translate
 
 BENCH_JSON = SNIPPETS / "bench" / "rounds-cpu.json"
@@ -72,29 +72,8 @@ def gpu_bench_table_zh(path: Path) -> str:
 
 # --- lesson 10's cost model, in figures from the accelerator record ---
 
-COST_MODEL_TEXT = {
-    "en": ("Measured ({where}; `bench.rounds`, `small` preset, medians of {repeats} runs): a synchronous "
-           "round took {wall} ms. The host's own work took {host} ms of it, {launch} ms in `launch` and "
-           "{engine} ms scheduling and committing, and the host waited {wait} ms in `read`. The device's "
-           "span for the round (`round_device_ms`, between an event queued as `launch` starts and one queued "
-           "as it ends) was {device} ms. Host time plus device time would make {sum} ms, {times}× the round: "
-           "the device worked while the host was still launching. Cross-round, a round took {cross} ms "
-           "({ratio}× the synchronous one); the most it could hide was the round's time outside `launch` "
-           "(scheduling, committing, the wait): {hideable} ms, {share}% of the round.\n"),
-    "zh": ("实测（{where}；`bench.rounds`，`small` 预设，{repeats} 次运行的中位数）："
-           "同步的一轮是 {wall} 毫秒。其中主机自己的工作占 {host} 毫秒："
-           "`launch` 里 {launch} 毫秒，调度和提交 {engine} 毫秒；主机在 `read` 里等了 {wait} 毫秒。"
-           "设备上这一轮的跨度（`round_device_ms`，从 `launch` 开始时排进流的 event "
-           "到它结束时排进流的 event）是 {device} 毫秒。主机时间加设备时间是 {sum} 毫秒，"
-           "是这一轮的 {times} 倍：主机还在发出时，设备已经在算了。"
-           "跨轮时一轮是 {cross} 毫秒（同步的 {ratio} 倍）；"
-           "它最多能藏起来的是一轮里 `launch` 之外的时间（调度、提交和等待）："
-           "{hideable} 毫秒，占一轮的 {share}%。\n"),
-}
-COST_MODEL_WHERE = {
-    "en": "one {device} at commit {sha}, {dtype}, eager",
-    "zh": "一块 {device}，提交 {sha}，{dtype}，eager 执行",
-}
+COST_MODEL_TEXT = phrases(__name__)["cost_model_text"]
+COST_MODEL_WHERE = phrases(__name__)["cost_model_where"]
 
 
 def cost_model_figures(report: dict) -> dict[str, str]:

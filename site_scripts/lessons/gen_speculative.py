@@ -14,7 +14,7 @@ from __future__ import annotations
 import tempfile
 
 from mini_deepinfer.core.trace import span
-from site_scripts.build.common import SNIPPETS, read_json, run_module, run_shell
+from site_scripts.build.common import SNIPPETS, phrases, read_json, run_module, run_shell
 from site_scripts.performance.zh_tables import translate
 
 BENCH_JSON = SNIPPETS / "bench" / "speculative-cpu.json"
@@ -124,25 +124,10 @@ def bench_table() -> str:
     return format_markdown(read_json(BENCH_JSON))
 
 
-SPEC_READING = {  # the paragraph under the CPU cost table, in each language (``bench_reading``)
-    "en": ("On this CPU one verify forward of the target costs {forward_lo} to {forward_hi} times a plain "
-           "decode forward, and the draft takes {draft_lo} to {draft_hi} of the time, so {verdict} Fewer "
-           "target forwards do not by themselves make a request faster.\n"),
-    "zh": ("在这台 CPU 上，目标模型的一次验证前向是一次普通 decode 前向的 {forward_lo}–{forward_hi} 倍，"
-           "草稿模型又占去 {draft_lo}–{draft_hi} 的时间，所以{verdict}少做几次目标模型前向并不等于更快。\n"),
-}
-SPECULATION = {"en": "[speculation](../reference/glossary.md#speculative-decoding)",
-               "zh": "[投机解码](../reference/glossary.md#speculative-decoding)"}
-SPEC_VERDICTS = {
-    "en": {"slower": "{speculation} is slower in every case here; the closest to plain decoding is `{best}`, "
-                     "at {ratio}x its time.",
-           "faster": "{speculation} is slower in most cases here; {faster} took less time than plain "
-                     "decoding (`{best}` {ratio}x its time)."},
-    "zh": {"slower": "这里每种情况下{speculation}都更慢；离普通 decode 最近的是 `{best}`，"
-                     "用时是它的 {ratio} 倍。",
-           "faster": "这里大多数情况下{speculation}更慢；{faster} 比普通 decode 用时少（`{best}` 是它的 "
-                     "{ratio} 倍）。"},
-}
+# the paragraph under the CPU cost table, in each language (``bench_reading``)
+SPEC_READING = phrases(__name__)["spec_reading"]
+SPECULATION = phrases(__name__)["speculation"]
+SPEC_VERDICTS = phrases(__name__)["spec_verdicts"]
 
 
 def bench_reading(lang: str) -> str:

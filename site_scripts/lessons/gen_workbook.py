@@ -14,7 +14,7 @@ from __future__ import annotations
 from mini_deepinfer.workbook.exercise import Exercise
 from mini_deepinfer.workbook.lessons import EXERCISES
 from mini_deepinfer.workbook.starter import starter_text
-from site_scripts.build.common import run_module, run_shell
+from site_scripts.build.common import phrases, run_module, run_shell
 
 # The Build-it page shows these blocks exactly like this; the doc test runs the page's copy and compares.
 SESSION = """cd "$(mktemp -d)"  # a fresh folder, so that the session starts from nothing
@@ -29,30 +29,7 @@ python -m mini_deepinfer.workbook run --dir "$WORKBOOK" -- --model trained/targe
   --draft-model trained/draft --speculative --stream --raw --prompt $'KING.\\n' \\
   --max-new-tokens 40 --check-greedy"""
 
-WORDS = {
-    "en": {
-        "write": "Write {names} yourself: {task}",
-        "holds": "`check {lesson}` runs your function inside the real engine, everything else unchanged, "
-                 "and holds {holds}",
-        "starter": "lesson_{lesson:02d}.py, the starter (the engine's own function, body taken out)",
-        "page": "This one needs no torch, so it also runs here in the page: the editor below holds the "
-                "starter, **Check** runs the same check in the page's Python, and your code stays in this "
-                "browser.",
-        "local": "This one needs torch, so it runs on your machine, with the commands above, not in the "
-                 "page.",
-        "more": "How the workbook works, and the capstone that runs your whole engine: "
-                "[Build it yourself](build-it-yourself.md).",
-    },
-    "zh": {
-        "write": "自己写出 {names}：{task}",
-        "holds": "`check {lesson}` 在真实的引擎里运行你的函数，其余部分不变，并检查：{holds}",
-        "starter": "lesson_{lesson:02d}.py，起步代码（引擎自己的函数，去掉了函数体）",
-        "page": "这一课不需要 torch，所以也能在页面里做：下面的编辑器里是起步代码，"
-                "**检查** 在页面的 Python 里运行同样的检查，你的代码保存在这个浏览器里。",
-        "local": "这一课需要 torch，所以在你自己的机器上用上面的命令做，不在页面里运行。",
-        "more": "练习册怎样用，以及运行你自己整个引擎的收官练习：[动手写引擎](build-it-yourself.md)。",
-    },
-}
+WORDS = phrases(__name__)["words"]
 
 
 def section(item: Exercise, lang: str) -> str:
@@ -73,11 +50,10 @@ def section(item: Exercise, lang: str) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-EXERCISES_HEAD = {"en": "| Lesson | You write | Where it runs |\n|---|---|---|",
-                  "zh": "| 课 | 你要写的 | 在哪里运行 |\n|---|---|---|"}
+EXERCISES_HEAD = phrases(__name__)["exercises_head"]
 WHERE = {"en": {True: "in the page and locally", False: "locally (needs torch)"},
          "zh": {True: "页面里与本地", False: "本地（需要 torch）"}}
-LESSON = {"en": "Lesson {lesson}: {title}", "zh": "第 {lesson} 课：{title}"}
+LESSON = phrases(__name__)["lesson"]
 
 
 def exercises_table(lang: str) -> str:

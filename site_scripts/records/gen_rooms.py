@@ -16,28 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from site_scripts.build.common import ROOT, by_language, markdown_table
+from site_scripts.build.common import ROOT, markdown_table, phrases
 
 CODE_SUFFIXES = (".py", ".sh")
 ENGINE = ("mini_deepinfer/core", "mini_deepinfer/runtime", "mini_deepinfer/models", "mini_deepinfer/tools")
-WORDS = by_language({  # each phrase in English, then in Chinese
-    "engine": ("engine", "引擎"),
-    "commands": ("commands", "命令"),
-    "benchmarks": ("benchmarks", "基准"),
-    "workbook": ("workbook", "练习册"),
-    "site scripts": ("site scripts", "站点脚本"),
-    "training": ("training", "训练"),
-    "head": (("room", "folder", "files", "lines", "what it holds"),
-             ("部分", "文件夹", "文件数", "行数", "内容")),
-    "command_modules": ("the commands, which parse flags and print: {names}",
-                        "命令，只做参数解析和输出：{names}"),
-    "tests": ("tests", "测试"),
-    "test_files": ("pytest: unit, parity, doc tests, site checks", "pytest：单元、对照、文档测试、站点检查"),
-    "summary": ("Lines of code: the engine (`core/`, `runtime/`, `models/`, `tools/`) {engine}, the site "
-                "scripts {site}, training {training}; the tests {tests}.",
-                "代码行数：引擎（`core/`、`runtime/`、`models/`、`tools/`）{engine}，站点脚本 {site}，"
-                "训练 {training}；测试 {tests}。"),
-})
+WORDS = phrases(__name__)["words"]  # in words.toml, each phrase in English and in Chinese
 
 
 @dataclass(frozen=True)

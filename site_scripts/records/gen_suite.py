@@ -12,38 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from site_scripts.build.common import SNIPPETS, by_language, read_json
+from site_scripts.build.common import SNIPPETS, phrases, read_json
 
 RECORD = SNIPPETS / "suite" / "timings.json"
 SUITE_BOUND_S = 12 * 60  # the whole suite on two cores once set up
 QUICK_BOUND_S = 2 * 60  # the quick loop
 BOUNDS = {"make test": SUITE_BOUND_S, "make test-quick": QUICK_BOUND_S}
-WORDS = by_language({  # each phrase in English, then in Chinese
-    "head": ("| Command | Wall time | Result | Bound | Within |",
-             "| 命令 | 墙钟时间 | 结果 | 上限 | 是否在上限内 |"),
-    "yes": ("yes", "是"),
-    "no": ("**no**", "**否**"),
-    "none": ("-", "-"),
-    "measured": ("Measured on a clean clone of commit `{commit}`, {cpu}, {cores} cores, load {before} before "
-                 "and {after} after, {date}, by `python -m site_scripts.records.measure_suite`.",
-                 "在提交 `{commit}` 的干净 clone 上测得：{cpu}，{cores} 个核，"
-                 "负载运行前 {before}、运行后 {after}，{date}，"
-                 "由 `python -m site_scripts.records.measure_suite` 测量。"),
-    "pip_cache": ("`make setup` there was served by pip's cache, so its time is that of a later set-up, "
-                  "not of a first one (which downloads every dependency).",
-                  "那里的 `make setup` 用了 pip 的缓存，所以它的时间是之后再装一次的时间，不是第一次安装"
-                  "（第一次要下载所有依赖）的时间。"),
-    "no_pip_cache": ("`make setup` there ran with pip's cache off: every dependency was downloaded.",
-                     "那里的 `make setup` 关掉了 pip 的缓存：所有依赖都是下载的。"),
-    "tokenizer": ("One build of the Qwen3.5 tokenizer (what the suite's tokenizer cache saves for each "
-                  "random checkpoint it writes) took {seconds} s there.",
-                  "在那台机器上，构建一次 Qwen3.5 分词器（测试套件的分词器缓存为它写的每个随机 checkpoint "
-                  "省下的时间）用了 {seconds} 秒。"),
-})
+WORDS = phrases(__name__)["words"]  # in words.toml, each phrase in English and in Chinese
 
-NOT_MEASURED = {"en": "No measurement is committed yet "
-                      "(`python -m site_scripts.records.measure_suite` makes one).\n",
-                "zh": "还没有提交测量结果（`python -m site_scripts.records.measure_suite` 会测一次）。\n"}
+NOT_MEASURED = phrases(__name__)["not_measured"]
 
 
 def _duration(seconds: float) -> str:

@@ -9,28 +9,11 @@ Non-scope: measuring (only the record's script does; its figures depend on the m
 
 from __future__ import annotations
 
-from site_scripts.build.common import SNIPPETS, read_json
+from site_scripts.build.common import SNIPPETS, phrases, read_json
 from site_scripts.records.measure_workbook import CORE_BOUND_S, TORCH_BOUND_S
 
 RECORD = SNIPPETS / "workbook" / "check-times.json"
-WORDS = {
-    "en": {"head": "| Lesson | Runs | `check N` (median) | Bound | Within |", "page": "page and local",
-           "local": "local", "yes": "yes", "no": "**no**",
-           "measured": "Median of {repeats} runs of `python -m mini_deepinfer.workbook check N` each (a new "
-                       "Python every time, imports included), measured at commit `{commit}` on {cpu}, "
-                       "{cores} cores, load {before} before and {after} after, {date}, by "
-                       "`python -m site_scripts.records.measure_workbook`.",
-           "missing": "No measurement is committed yet "
-                      "(`python -m site_scripts.records.measure_workbook` makes one)."},
-    "zh": {"head": "| 课 | 在哪里运行 | `check N`（中位数） | 上限 | 是否在上限内 |", "page": "页面与本地",
-           "local": "本地", "yes": "是", "no": "**否**",
-           "measured": "每课运行 {repeats} 次 `python -m mini_deepinfer.workbook check N`"
-                       "（每次都是新的 Python，含导入）取中位数；在提交 `{commit}` 上测得：{cpu}，"
-                       "{cores} 个核，负载运行前 {before}、运行后 {after}，{date}，"
-                       "由 `python -m site_scripts.records.measure_workbook` 测量。",
-           "missing": "还没有提交测量结果"
-                      "（`python -m site_scripts.records.measure_workbook` 会测一次）。"},
-}
+WORDS = phrases(__name__)["words"]
 
 
 def table(lang: str) -> str:
