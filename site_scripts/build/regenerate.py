@@ -17,6 +17,8 @@ The convention for generators:
 * Most snippets are the terminal output of a demo command; :func:`~site_scripts.build.common.run_module`
   runs one the way the doc tests do (same environment), so a page's command and its included output agree.
 * Each path belongs to exactly one generator.
+* The sentences it fills in are data: its family's ``words.toml``, read with
+  :func:`~site_scripts.build.common.phrases`, each phrase in English and Chinese side by side.
 * A generator whose digits depend on the machine's arithmetic (half-precision sums on a CPU) sets
   ``MACHINE_DEPENDENT`` to a :class:`~site_scripts.build.common.MachineDependent`: ``--check`` compares those
   outputs exactly on a machine like the one that wrote them, and checks the pages' claims on any other.
