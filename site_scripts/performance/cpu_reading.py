@@ -6,8 +6,9 @@ the command as the record holds it), :func:`reading` (how our decode and prefill
 against the read roofline and the matrix-product floor, and which goals were met), :func:`decode_bounds`
 (the step a missed decode goal would need) and :func:`variants_reading` (the bfloat16, graph-path and
 compiled variants), each giving ``(English, Chinese)`` from one table of phrases per language (``PHRASES``).
-Non-scope: the tables themselves (``bench_tables.py``), which reports get a paragraph
-(``gen_performance.py``).
+The phrases are data: the table ``[cpu_reading.words]`` of ``words.toml`` beside this module, each phrase's
+English and Chinese side by side. Non-scope: the tables themselves (``bench_tables.py``), which reports get a
+paragraph (``gen_performance.py``).
 """
 
 from __future__ import annotations
@@ -15,94 +16,13 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from site_scripts.build.common import GeneratorError, by_language
+from site_scripts.build.common import GeneratorError, phrases
 from site_scripts.performance.bench_tables import _fraction, _ms
 
 VECTOR_UNITS = {"avx2": "AVX2", "avx512f": "AVX-512", "amx_tile": "AMX"}
 """The vector units a record's ``cpu_flags`` (a subset of ``mini_deepinfer.runtime.device.VECTOR_FLAGS``)
 show, each by the flag that shows it."""
-PHRASES = by_language({  # the lines around a CPU table: each phrase in English, then in Chinese
-    "run": ("**{cpu}** ({units}); the command, as its record holds it: `{command}`{moved}.",
-            "**{cpu}**（{units}）；记录里的命令：`{command}`{moved}。"),
-    "no_flags": ("CPU flags not recorded",
-                 "没有记录 CPU 标志"),
-    "units": ("recorded flags: {have}",
-              "记录的标志：{have}"),
-    "lacking": (", no {lacking}",
-                "，没有 {lacking}"),
-    "no_units": ("recorded flags: none of {lacking}",
-                 "记录的标志里没有 {lacking}"),
-    "list": (", ",
-             "、"),
-    "both": (" and ",
-             " 和 "),
-    "either": (" or ",
-               " 或 "),
-    "no_command": ("not recorded",
-                   "没有记录"),
-    "moved": (" (it wrote `{wrote}`; that file is committed as `{committed}`)",
-              "（它写出的是 `{wrote}`，提交为 `{committed}`）"),
-    "start": ("On this CPU ({cpu}, {isa}) our decode made ",
-              "在这块 CPU（{cpu}，{isa}）上，我们 decode 每秒的 token 数是 "),
-    "no_isa": ("vector kernels not recorded",
-               "没有记录向量指令"),
-    "first": ("{v}x transformers' tokens per second at batch {b}",
-              "batch {b} 时 transformers 的 {v} 倍"),
-    "next": ("{v}x at batch {b}",
-             "batch {b} 时 transformers 的 {v} 倍"),
-    "and": (", ",
-            "，"),
-    "step": ("; a batch-1 step took {step} ms, against a read roofline of {roof} ms ({fraction} of it",
-             "；batch 1 一步用 {step} 毫秒，读带宽的 roofline 是 {roof} 毫秒（达到 {fraction}"),
-    "floor": ("; our matrix products alone read {floor} GB/s, faster than the bandwidth test's {best} "
-              "GB/s, so on this CPU that roofline is too low",
-              "；单是我们的矩阵乘就读到 {floor} GB/s，比带宽测试的 {best} GB/s 还快，所以在这块 CPU 上那条 "
-              "roofline 定得太低"),
-    "prefill": ("); transformers took {prefill}x our time to prefill {longest} tokens. ",
-                "）；{longest} 个 token 的 prefill，transformers 用的时间是我们的 {prefill} 倍。"),
-    "goals": ("Of the {n} goals measured, {met} {verb} met",
-              "测到的 {n} 项目标里达到 {met} 项"),
-    "verbs": (("is", "are"),
-              ("", "")),
-    "missed": ("; not met: ",
-               "；没有达到的："),
-    "miss": ("{what} ({value} against {threshold})",
-             "{what}（{value}，目标 {threshold}）"),
-    "between": ("; ",
-                "；"),
-    "end": (".",
-            "。"),
-    "bound": (" At batch {b}, {threshold}x would need a step of {need} ms; every linear layer once took "
-              "{ours} ms on our side and {theirs} ms on transformers', before the rest of the step.",
-              "batch {b} 要到 {threshold} 倍，一步得在 {need} 毫秒内；单是把每个线性层算一遍，"
-              "我们这边就用了 {ours} 毫秒，transformers 那边用了 {theirs} 毫秒，还没算这一步的其余部分。"),
-    "bf16": (" In bfloat16, our decode's tokens per second against our float32: {ours}; against "
-             "transformers' bfloat16: {theirs}; our float32 prefill of {longest} tokens took {prefill}x "
-             "our bfloat16 time.",
-             "用 bfloat16 时，我们 decode 每秒的 token 数相对我们的 float32：{ours}；相对 transformers 的 "
-             "bfloat16：{theirs}；{longest} 个 token 的 prefill，我们 float32 用的时间是 bfloat16 的 "
-             "{prefill} 倍。"),
-    "ratios": ("{v}x at batch {b}",
-               "batch {b} 时 {v} 倍"),
-    "compiled": (" Compiled (`--compile`), against our eager float32 steps: {ratio}, after {low} to {high} "
-                 "s of compiling in each process (torch keeps what it compiled in a cache on disk, so a "
-                 "later process compiles less).",
-                 "编译后（`--compile`），我们 decode 每秒的 token 数相对 eager 的 float32：{ratio}；"
-                 "每个进程先要编译 {low} 到 {high} 秒（torch 把编译结果存在磁盘缓存里，"
-                 "后来的进程编译得少）。"),
-    "graphs": (" On the graph path (`--graphs`: static buffers, nothing captured on a CPU), against our "
-               "eager float32 steps: {ratio}.",
-               "走图路径（`--graphs`：静态缓冲区，在 CPU 上不捕获）时，我们 decode 每秒的 token 数相对 "
-               "eager 的 float32：{ratio}。"),
-    "eager_wins": (" Eager, the default, was the faster of the two at every batch.",
-                   "每个 batch 都是 eager（默认）更快。"),
-    "payback": (" A compiled step at batch {b} saved {saved} ms, so even the shortest compile took about "
-                "{steps} decode steps to pay back.",
-                "batch {b} 时编译后的一步省下 {saved} 毫秒，所以即使编译最快的那次，也要大约 {steps} 个 "
-                "decode 步才把编译时间挣回来。"),
-    "none": (" This run measured no bfloat16, graph-path or compiled variant.",
-             "这次运行没有测 bfloat16、图路径或编译的变体。"),
-})
+PHRASES = phrases(__name__)["words"]  # each phrase in English and in Chinese, in words.toml
 
 
 def run_line(report: dict[str, Any], committed: str) -> tuple[str, str]:

@@ -3,7 +3,8 @@
 Scope: what a reader reads in a benchmark snippet (``gen_performance``, ``gen_rounds``, ``gen_speculative``,
 ``gen_kernels``): the provenance line (``key=value, ...``), the provenance bullets, the head cells and row
 labels of each table, the words among the values (``yes``, ``not measured``), and the lines under a table.
-Exact phrases come from the dictionaries below, labels with a number in them from a few patterns; numbers,
+Exact phrases come from the tables ``[zh_tables.*]`` of ``words.toml`` beside this module (data that a
+translator edits), labels with a number in them from the patterns below (logic, so they stay here); numbers,
 units, code spans and the values a record holds (device names, versions, dates) are kept as they are. The
 report keys of the rounds table stay beside their translation, since the pages cite them by key. A head
 cell, a row label, a key or a line that no rule covers raises ``GeneratorError``, so a new English label
@@ -15,86 +16,18 @@ from __future__ import annotations
 
 import re
 
-from site_scripts.build.common import GeneratorError
+from site_scripts.build.common import GeneratorError, phrases
 
-HEAD = {  # table head cells
-    "key": "指标（报告里的键）",
-    "synchronous": "同步",
-    "cross_round": "跨轮",
-    "cross_round / synchronous": "跨轮 / 同步",
-    "case": "情况",
-    "wall ms": "墙钟毫秒",
-    "vs plain": "相对普通 decode",
-    "target fwd/token": "每 token 目标模型前向",
-    "draft fwd/token": "每 token 草稿模型前向",
-    "drafts accepted": "接受的候选",
-    "time in draft": "草稿模型所占时间",
-    "target fwd vs plain fwd": "一次目标前向 / 一次普通前向",
-    "measurement": "测量",
-    "ours": "我们",
-    "transformers": "transformers",
-    "ours vs transformers": "我们相对 transformers",
-    "quantity": "量",
-    "value": "值",
-    "prefill": "prefill",
-    "linear layers once, ours": "线性层各跑一次，我们",
-    "share of our prefill": "占我们 prefill 的比例",
-    "linear layers once, transformers": "线性层各跑一次，transformers",
-    "share of their prefill": "占 transformers prefill 的比例",
-    "target": "目标",
-    "threshold": "阈值",
-    "measured": "实测",
-    "met": "达到",
-    "part": "部分",
-    "layers": "层数",
-    "eager, per layer": "eager，每层",
-    "eager": "eager",
-    "graph path, per layer": "图路径，每层",
-    "graph path": "图路径",
-    "TTFT median ms": "首 token 时间中位数（毫秒）",
-    "TTFT request 1 ms": "第 1 条请求的首 token 时间（毫秒）",
-    "TTFT requests 2-8 ms": "第 2–8 条请求的首 token 时间（毫秒）",
-    "prompt tokens computed": "实际计算的 prompt token",
-    "reused": "复用的 token",
-    "wall s": "总用时（秒）",
-    "against ours": "相对我们",
-    "against transformers, same dtype": "相对同一 dtype 的 transformers",
-    "greedy tokens as ours": "greedy token 与我们相同",
-}
-ROUND_KEYS = {  # the rounds report's summary keys -> what they measure
-    "run_wall_ms": "整次运行的墙钟时间",
-    "steps": "步数",
-    "forwards": "前向次数",
-    "discarded_tokens": "丢弃的 token",
-    "round_wall_ms": "一轮的墙钟时间",
-    "round_host_ms": "一轮里主机自己的时间",
-    "round_read_wait_ms": "一轮里等读回的时间",
-    "round_launch_ms": "一轮里 launch 的时间",
-    "round_engine_ms": "一轮里调度和提交的时间",
-    "round_device_ms": "一轮在设备上的跨度",
-    "read_wait_total_ms": "整次运行等读回的总时间",
-    "first_token_ms": "首个 token",
-    "finish_ms": "全部结束",
-}
-LABELS = {  # row labels without a number
-    "shared off": "共享系统 prompt，前缀缓存关",
-    "shared on": "共享系统 prompt，前缀缓存开",
-    "unshared off": "不共享，前缀缓存关",
-    "unshared on": "不共享，前缀缓存开",
-    "plain": "普通 decode",
-    "peak device memory (GiB)": "设备内存峰值（GiB）",
-    "peak resident memory (GiB)": "常驻内存峰值（GiB）",
-    "weights (bytes read per decode step)": "权重（每个 decode 步读的字节）",
-    "decode roofline (weights / best bandwidth)": "decode roofline（权重 / 最好的带宽）",
-    "our peak memory / (weights + largest configured cache)": "我们的内存峰值 / （权重 + 配置过的最大缓存）",
-    "Gated DeltaNet mixer": "Gated DeltaNet 层的 token mixer",
-    "full-attention mixer": "全注意力层的 token mixer",
-    "MLP": "MLP",
-    "norms": "norm",
-    "residuals": "残差相加",
-    "outside the layers": "层之外",
-    "**total**": "**合计**",
-}
+_TABLES = phrases(__name__)  # English -> Chinese, in words.toml beside this module
+HEAD = _TABLES["head"]  # table head cells
+ROUND_KEYS = _TABLES["round_keys"]  # the rounds report's summary keys -> what they measure
+LABELS = _TABLES["labels"]  # row labels without a number
+MEASUREMENTS = _TABLES["measurements"]  # what a variant row measured, where no pattern gives it
+VARIANT_EXECUTION, SAME, CASES, SIDES = (_TABLES[k] for k in ("variant_execution", "same", "cases", "sides"))
+VALUES = _TABLES["values"]  # words among the values
+DESCRIBE_KEYS = _TABLES["describe_keys"]  # the provenance line's keys
+DESCRIBE_NUMBERS = _TABLES["describe_numbers"]  # a provenance value that is a bare number
+EXECUTION = _TABLES["execution"]  # how a round benchmark ran
 PATTERNS = [  # (English, Chinese) for labels and values with a number or a name in them
     (r"^(always|sometimes|never|half-depth) k=(\d+)$", lambda m: f"{CASES[m[1]]} k={m[2]}"),
     (r"^prefill, (\d+) tokens \(s\)$", r"prefill，\1 个 token（秒）"),
@@ -116,38 +49,7 @@ PATTERNS = [  # (English, Chinese) for labels and values with a number or a name
     (r"^(ours|transformers), (float32|bfloat16|float16), (eager|graphs|compiled): (.*)$",
      lambda m: f"{SIDES[m[1]]}，{m[2]}，{VARIANT_EXECUTION[m[3]]}：{_variant_measurement(m[4])}"),
 ]
-VARIANT_EXECUTION = {"eager": "eager", "graphs": "图路径", "compiled": "编译后的图路径"}
-SAME = {"identical": "完全相同", "differ": "不同"}
-CASES = {"always": "总是猜对", "sometimes": "有时猜对", "never": "从不猜对", "half-depth": "半深度草稿"}
-SIDES = {"ours": "我们", "transformers": "transformers"}
-VALUES = {  # words among the values
-    "yes": "是",
-    "no": "否",
-    "**no**": "**否**",
-    "not measured": "没有测",
-    "does not apply (the targets are set for CPU, float32)": "不适用（目标是为 CPU 上的 float32 定的）",
-}
 VALUE_UNITS = [(r" ms/step$", " 毫秒/步")]
-DESCRIBE_KEYS = {  # the provenance line's keys
-    "device": "设备",
-    "cpu_threads": "CPU 线程",
-    "threads": "线程",
-    "torch": "torch",
-    "transformers": "transformers",
-    "dtype": "dtype",
-    "preset": "预设",
-    "requests": "请求",
-    "repeats": "重复",
-    "prompt": "prompt 长度",
-    "new_tokens": "新 token",
-    "date": "日期",
-    "load_1m": "1 分钟平均负载",
-    "8 requests of 1024+32 prompt tokens": "8 条请求、每条 prompt 为 1024+32 个 token",
-    "block": "块大小",
-    "commit": "提交",
-    "vector": "向量指令",
-}
-DESCRIBE_NUMBERS = {"repeats": "{} 次", "new_tokens": "每条 {} 个", "prompt": "{} 个 token"}  # a bare number
 DESCRIBE_VALUES = [
     (r"(\d+) parameters", r"\1 个参数"),
     (r"random weights", "随机权重"),
@@ -161,7 +63,6 @@ DESCRIBE_VALUES = [
     (r" \(", "（"),
     (r"\)$", "）"),
 ]
-EXECUTION = {"eager": "eager", "graphs": "图执行（静态缓冲区；CPU 上什么都不捕获）"}
 LINES = [  # whole lines outside the tables
     (r"^- `execution`: (eager|graphs \(static buffers; a CPU captures nothing\)); "
      r"runner rounds over all runs: (\d+) graph, (\d+) eager$",
@@ -203,9 +104,7 @@ LINES = [  # whole lines outside the tables
 
 def _variant_measurement(label: str) -> str:
     """What a variant row measured (``decode, batch 1 (tokens/s)``, ...), in Chinese."""
-    if label == "compiling every decode bucket, per process (s)":
-        return "编译所有 decode 桶，每个进程（秒）"
-    found = _apply(PATTERNS, label)
+    found = MEASUREMENTS.get(label) or _apply(PATTERNS, label)
     if found is None:
         raise GeneratorError(f"zh_tables: no Chinese for the variant measurement {label!r}")
     return found
