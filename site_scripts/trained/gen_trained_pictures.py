@@ -3,8 +3,9 @@
 Scope: ``trained-loss.<lang>.svg``: on the left the training loss against tokens seen (the target and the
 corpus-only draft in nats per token, the distilled draft's KL divergence from the target in nats per token);
 on the right the target's held-out bits per character during training and at the end, per language. The
-title names each CPU and number of threads the training records say the models ran on. Non-scope: training
-(the ``training`` package), the tables (``gen_trained``).
+title names each CPU and number of threads the training records say the models ran on; its words, in English
+and in Chinese, are in ``words.toml`` (table ``gen_trained_pictures``). Non-scope: training (the ``training``
+package), the tables (``gen_trained``).
 """
 
 from __future__ import annotations
@@ -13,25 +14,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from site_scripts.build.common import phrases
 from site_scripts.pictures.svg_figure import WIDTH, draw_svg, new_figure
 from site_scripts.trained.committed import record
 
 OUTPUT_DIR = "docs/assets/pictures"
 LANGUAGES = ("zh", "en")
-LABELS = {
-    "zh": {"title": "训练曲线（{machines}）", "machine": "{who}：{cpu}，{threads} 个线程", "sep": "；",
-           "who": {"target draft corpus": "三个模型", "draft corpus": "两个 draft"},
-           "tokens": "已训练的 token 数（百万）",
-           "loss": "训练损失（nat/token）", "bits": "留出集 bits/字符", "target": "target（下一个 token）",
-           "draft": "draft（蒸馏：与 target 的 KL）", "corpus": "draft（只用语料）",
-           "en": "英文", "zh": "中文"},
-    "en": {"title": "Training curves ({machines})", "machine": "{who}: {cpu}, {threads} threads", "sep": "; ",
-           "who": {"target draft corpus": "all three", "draft corpus": "drafts"},
-           "tokens": "tokens trained on (millions)",
-           "loss": "training loss (nats/token)", "bits": "held-out bits per character",
-           "target": "target (next token)", "draft": "draft (distilled: KL from the target)",
-           "corpus": "draft (corpus only)", "en": "English", "zh": "Chinese"},
-}
+LABELS = phrases(__name__)["labels"]  # in words.toml, each label in English and in Chinese
 COLORS = {"target": "#1f77b4", "draft": "#ff7f0e", "corpus": "#7f7f7f", "en": "#2ca02c", "zh": "#d62728"}
 
 

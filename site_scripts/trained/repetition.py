@@ -3,8 +3,9 @@
 Scope: the table and the sentence of ``measurements.json``'s ``repetition_sampled`` (distinct and all 4-grams
 of 200 tokens, greedy and at lesson 8's sampled settings; every share computed from the counts and rounded
 once, here); the record's greedy text that loops, with its most repeated line; what lesson 8's sampling run
-wrote (how many tokens each setting wrote and why it stopped, read from the run's own output). Non-scope:
-measuring (``training/measure.py``), running lesson 8's command (``gen_trained.py``).
+wrote (how many tokens each setting wrote and why it stopped, read from the run's own output). The sentences'
+words, in English and in Chinese, are in ``words.toml`` (table ``repetition``). Non-scope: measuring
+(``training/measure.py``), running lesson 8's command (``gen_trained.py``).
 """
 
 from __future__ import annotations
@@ -13,35 +14,10 @@ import re
 from collections import Counter
 from typing import Any
 
-from site_scripts.build.common import by_language, markdown_table
+from site_scripts.build.common import markdown_table, phrases
 from site_scripts.trained.committed import LANGUAGES, measurements, share
 
-WORDS = by_language({
-    "summary": ("With greedy decoding {g_en} of the 4-grams are distinct in English and {g_zh} in Chinese "
-                "({g_lo} to {g_hi} per run). Sampled at lesson 8's settings ({runs} runs per setting and "
-                "language: {prompts} prompts, seeds {seeds}), {s_lo} to {s_hi} per setting, and at least "
-                "{s_min} in every run. {verdict}.\n",
-                "greedy 时，英文里有 {g_en}、中文里有 {g_zh} 的 4-gram 互不相同（每次 {g_lo} 到 {g_hi}）。"
-                "按第 8 课的采样设置（每种设置、每种语言 {runs} 次：{prompts} 个 prompt，种子 {seeds}），"
-                "各设置是 {s_lo} 到 {s_hi}，每一次都至少 {s_min}。{verdict}。\n"),
-    "apart": ("In these runs sampled text does not loop as greedy text does: its least varied run is more "
-              "varied than greedy's most varied",
-              "在这些运行里，采样的文字不像 greedy 那样打转：重复最多的一次采样也比重复最少的一次 "
-              "greedy 更多样"),
-    "overlap": ("Sampled text repeats less than greedy text on average, but not in every run",
-                "采样的文字平均比 greedy 重复得少，但不是每一次都如此"),
-    "loop": ("The target's 200 greedy tokens after the first held-out prompt of `trained/measurements.json` "
-             "(it ends with the speaker's name `{speaker}`): {lines} lines, and the line “{line}” is "
-             "{count} of them; only {distinct} of its {fourgrams} 4-grams are distinct ({share}).\n",
-             "目标模型在 `trained/measurements.json` 的第一个留出集 prompt（以说话人名 `{speaker}` 结尾）"
-             "后面 greedy 写出的 200 个 token：共 {lines} 行，其中“{line}”这一行就占 {count} 行；它的 "
-             "{fourgrams} 个 4-gram 里只有 {distinct} 个互不相同（{share}）。\n"),
-    "stops": ("Each run may write at most {most} tokens (`--max-new-tokens {most}`): {runs}.\n",
-              "每次最多写 {most} 个 token（`--max-new-tokens {most}`）：{runs}。\n"),
-    "length": ("`{name}` writes all {n} (`length`)", "`{name}` 写满 {n} 个（`length`）"),
-    "eos": ("`{name}` stops after {n} tokens, the last of them the end-of-text token (`eos`)",
-            "`{name}` 写到第 {n} 个就停了，这一个是文本结束 token（`eos`）"),
-})
+WORDS = phrases(__name__)["words"]  # in words.toml, each phrase in English and in Chinese
 
 
 def _totals(runs: list[dict[str, Any]]) -> tuple[float, float]:

@@ -3,15 +3,15 @@
 Scope: one function per sentence (acceptance by width, by draft and by temperature, speed against plain
 decoding, which token kinds the draft gets right, how each model trained, what the committed rerun found),
 each taking ``zh`` for the Chinese; where a sentence is one template with numbers, its two languages stand
-side by side in ``SENTENCES``. Never typed by hand. Non-scope: the tables (``gen_trained.py``), the records
-(``committed.py``).
+side by side in ``words.toml`` (table ``sentences``; the Chinese names of the drafts, token kinds and plays
+beside it). Never typed by hand. Non-scope: the tables (``gen_trained.py``), the records (``committed.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from site_scripts.build.common import by_language, read_json
+from site_scripts.build.common import phrases, read_json
 from site_scripts.trained.committed import LANGUAGES, TRAINED, agreed, measurements, per_round, record, share
 from training.check import TOLERANCE
 
@@ -20,81 +20,8 @@ def _per_round(table: dict[str, Any], lang: str, key: str) -> str:
     return f"{per_round(table[lang][key]):.2f}"
 
 
-SENTENCES = by_language({  # each sentence in English, then in Chinese, filled from the same numbers
-    "widths": ("At width 1 the draft's token is accepted {one_en} of the time in English and {one_zh} in "
-               "Chinese; at width 4 a round accepts {four_en} (English) and {four_zh} (Chinese) draft "
-               "tokens on average, at width 8 {eight_en} and {eight_zh}.\n",
-               "宽度 1 时，草稿的 token 在英文里有 {one_en} 被接受，中文里有 {one_zh}；宽度 4 "
-               "时每轮平均接受 {four_en}（英文）和 {four_zh}（中文）个候选，宽度 8 时是 {eight_en} 和 "
-               "{eight_zh}。\n"),
-    "speed": ("On this CPU ({cpu}, {threads} thread{plural}) speculative decoding at width 4 takes {en} "
-              "times the time of plain decoding in English and {zh} times in Chinese: it is {verdict}.\n",
-              "在这块 CPU（{cpu}，{threads} 个线程）上，宽度 4 的投机解码用时是普通解码的 {en} 倍（英文）"
-              "和 {zh} 倍（中文）：{verdict}。\n"),
-    "faster": ("faster than plain decoding",
-               "比普通解码快"),
-    "slower": ("slower than plain decoding",
-               "比普通解码慢"),
-    "mixed": ("faster in one language and slower in the other",
-              "一种语言快、一种慢"),
-    "recipe": ("The target trains {steps} steps of {batch} windows of {seq_len} tokens, "
-               "{target_shares}{dropout}; the drafts train {draft_steps} steps of {draft_batch} windows, "
-               "their training text {draft_shares}; the distilled draft also learns from the target's "
-               "greedy continuations, {continuations} (half of them opening at a document's start: a "
-               "poem's title and author, a play's title). Matrix products run in bfloat16 under autocast; "
-               "the weights and the optimizer's state are float32.\n",
-               "目标模型训练 {steps} 步，每步 {batch} 个 {seq_len} token 的窗口，{target_shares}；"
-               "{dropout}草稿模型训练 {draft_steps} 步，每步 {draft_batch} 个窗口，"
-               "训练文本里{draft_shares}；蒸馏的草稿还学目标模型 greedy 续写的 "
-               "{continuations}（一半从文档开头续写：诗的题目和作者、剧本的标题）。矩阵乘法在 autocast "
-               "下用 bfloat16 算，权重和优化器状态是 float32。\n"),
-    "dropout": (", with dropout {p} on the output of each layer's two residual branches",
-                "每层两条残差支路的输出上有 {p} 的 dropout；"),
-    "continuation": ("{n} {language}",
-                     "{n} 段{language}"),
-    "and": (" and ",
-            "和 "),
-    "language": ({"en": "English", "zh": "Chinese"},
-                 {"en": "英文", "zh": "中文"}),
-    "reproduce": ("A rerun the repository records: `{command}` on {cpu} ({threads} threads) retrained the "
-                  "first {steps} steps (the record comes from {recorded_cpu}) and compared {compared} "
-                  "figures ({points} of them held-out bits per character): the largest difference is "
-                  "{largest} ({where}), {verdict}, and the training losses differ by at most {losses}; the "
-                  "tokenizer is {tokenizer} (`trained/target-check.json`).\n",
-                  "仓库里记下的一次复查：`{command}` 在 {cpu} 上（{threads} 个线程）重训了前 {steps} "
-                  "步（记录来自 {recorded_cpu}），比较了 {compared} 个数（其中 {points} "
-                  "个是留出集每字符比特数），最大相差 {largest}（{where}），{verdict}，训练损失之间最多差 "
-                  "{losses}；tokenizer {tokenizer}（`trained/target-check.json`）。\n"),
-    "where": ("`{what}`, {rerun} against the recorded {recorded}",
-              "`{what}`，重训得 {rerun}，记录为 {recorded}"),
-    "passed": (("**more than** {tolerance} off", "within {tolerance}"),
-               ("**超出** {tolerance}", "在 {tolerance} 以内")),
-    "seeded": ("Training is seeded (the initialisation, the order of windows, dropout) and runs on the "
-               "number of threads its record names ({threads} for the target). That it repeats exactly is "
-               "not shown: the one recorded rerun ran on {threads_then} and {cpu_then} ({check_cpu}; the "
-               "record comes from {cpu}), and its training losses came within {losses} of the record, its "
-               "held-out bits per character within {largest} ([reproducing](#reproduce)).\n",
-               "训练用了固定的种子（初始化、窗口顺序、dropout），线程数按记录里写的来（目标模型 {threads} "
-               "个）。它能否完全重现，记录并没有证明：仓库记下的唯一一次复查用的是{threads_then}、{cpu_then}"
-               "（{check_cpu}；记录来自 {cpu}），训练损失与记录相差最多 {losses}，留出集每字符比特数最多 "
-               "{largest}（见[复现](#reproduce)）。\n"),
-    "same_threads": (("{n} threads (the record: {m})", "the same {n} threads"),
-                     ("{n} 个线程（记录里是 {m} 个）", "同样的 {n} 个线程")),
-    "same_cpu": (("another CPU", "the same CPU"), ("另一种 CPU", "同一种 CPU")),
-    "corpora": ("Of each training corpus, sorted by file name and position in the file, every {every}th "
-                "document is held out ({plays_n} whole plays in English, {plays}; {poems} poems in "
-                "Chinese) to measure the loss on text the model was not trained on; {train_en} English and "
-                "{train_zh} Chinese documents are trained on. The two archives are {sizes}: {total} MB in "
-                "all.\n",
-                "每个训练语料里，按文件名和文件内位置排序后的每第 {every} 篇留出不训练（英文是 {plays_n} "
-                "部完整的剧：{plays}；中文是 {poems} 首诗），用来计算留出集上的损失；训练用的是 {train_en} "
-                "篇英文和 {train_zh} 篇中文。两个压缩包是 {sizes}，共 {total} MB。\n"),
-    "play": ("*{title}*", "《{title}》"),
-    "plays_and": (" and ", "和"),
-    "sizes_and": (" and ", " 和 "),
-    "same_tokenizer": (("**different**", "identical"),
-                       ("**不同**", "相同")),
-})
+PHRASES = phrases(__name__)  # in words.toml, each phrase in English and in Chinese
+SENTENCES = PHRASES["sentences"]  # filled from the same numbers in both languages
 
 
 def widths_summary(zh: bool = False) -> str:
@@ -117,7 +44,7 @@ def drafts_summary(zh: bool = False) -> str:
     return f"Draft tokens accepted per round at width 4, greedy (English and Chinese): {parts}.\n"
 
 
-ZH_DRAFTS = {"distilled": "蒸馏的", "corpus only": "只用语料训练的", "random": "随机的"}
+ZH_DRAFTS = PHRASES["zh_drafts"]
 
 
 def temperatures_summary(zh: bool = False) -> str:
@@ -153,8 +80,7 @@ def speed_summary(zh: bool = False) -> str:
                                  en=f"{ratio['en']:.2f}", zh=f"{ratio['zh']:.2f}", verdict=verdict)
 
 
-ZH_KINDS = {"word start": "词首", "word piece": "词的后半", "line end": "换行", "punctuation": "标点",
-            "Chinese": "汉字", "space": "空格"}
+ZH_KINDS = PHRASES["zh_kinds"]
 
 
 RANKED_KIND_TOKENS = 10  # a kind of token seen fewer times is left out of the ranking (too few to rank)
@@ -179,16 +105,14 @@ def agreement_summary(zh: bool = False) -> str:
             + "; ".join(parts) + ".\n")
 
 
-ZH_LANGUAGES = {"en": "英文", "zh": "中文"}
-
-
 def _shares(schedule: dict[str, Any], zh: bool) -> str:
     """What a batch of training text holds, from the record's ``shares``."""
     shares = schedule["shares"]
     if len(set(shares.values())) == 1:
         return "英文和中文窗口各占一半" if zh else "as many English windows as Chinese"
     if zh:
-        return "配".join(f"{n} 个{ZH_LANGUAGES[lang]}窗口" for lang, n in shares.items())
+        names = SENTENCES["zh"]["language"]
+        return "配".join(f"{n} 个{names[lang]}窗口" for lang, n in shares.items())
     return " to ".join(f"{n} {LANGUAGES[lang]}" + (" windows" if i == 0 else "")
                        for i, (lang, n) in enumerate(shares.items()))
 
@@ -240,7 +164,7 @@ def seeded_summary(zh: bool = False) -> str:
             n=check["threads"], m=made["threads"]))
 
 
-ZH_PLAYS = {"Macbeth": "麦克白", "Twelfth Night": "第十二夜"}
+ZH_PLAYS = PHRASES["zh_plays"]
 
 
 def corpora_summary(zh: bool = False) -> str:
