@@ -229,7 +229,8 @@ def render(outputs: Mapping[str, tuple[str, Generator]], after: After | None = N
         if wrong:
             raise GeneratorError(f"{name}: {wrong} returned {type(made[wrong]).__name__}, not str")
         seconds = time.perf_counter() - started
-        print(f"[{place}/{len(names)}] {name}: {len(paths)} files, {seconds:.1f} s", file=sys.stderr)
+        files = f"{len(paths)} file" + ("" if len(paths) == 1 else "s")
+        print(f"[{place}/{len(names)}] {name}: {files}, {seconds:.1f} s", file=sys.stderr)
         texts.update(made)
         if after is not None:
             after(name, made, read)
