@@ -307,9 +307,12 @@ def write_changed(outputs: Mapping[str, tuple[str, Generator]], every: bool) -> 
 
 def summary(snippets: int, ran: int, written: int, skipped: int) -> str:
     """The last line of a write: what was compared with its file, what was written, what did not run."""
-    skip = f"{skipped} generators up to date, not run (inputs unchanged)"
+    def count(n: int, noun: str) -> str:
+        return f"{n} {noun}" + ("" if n == 1 else "s")
+
+    skip = f"{count(skipped, 'generator')} up to date, not run (inputs unchanged)"
     done = f"{written} rewritten (listed above)" if written else "none needed rewriting (all current)"
-    line = f"{snippets} snippets from {ran} generators checked; {done}"
+    line = f"{count(snippets, 'snippet')} from {count(ran, 'generator')} checked; {done}"
     return skip if not ran else f"{line}; {skip}" if skipped else line
 
 
