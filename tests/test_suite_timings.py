@@ -41,3 +41,18 @@ def test_the_note_says_whether_pip_s_cache_served_the_set_up_and_how_long_one_to
     assert "用了 pip 的缓存" in chinese and "用了 2.53 秒" in chinese
     assert "pip's cache off" in timings_table({**cached, "pip_cache": False}, "en")
     assert "pip" not in timings_table(record(60, 60), "en"), "an older record says nothing of pip's cache"
+
+
+def test_a_second_make_serve_is_within_its_bound_only_when_it_served_within_30_s() -> None:
+    def serving(first_s: float, again_s: float, again_served: bool = True) -> dict:
+        runs = [{"command": "make serve", "wall_s": first_s, "returncode": 0, "summary": "served"},
+                {"command": "make serve (again)", "wall_s": again_s, "returncode": 0 if again_served else 1,
+                 "summary": "served" if again_served else None}]
+        return {**record(60, 60), "runs": record(60, 60)["runs"] + runs}
+
+    assert within(serving(299, 30)) == {"make test": True, "make test-quick": True, "make serve": True,
+                                         "make serve (again)": True}
+    assert not within(serving(301, 31))["make serve"] and not within(serving(301, 31))["make serve (again)"]
+    assert not within(serving(100, 10, again_served=False))["make serve (again)"]
+    assert "| `make serve (again)` | 25 s (0.4 min) | served | 30 s (0.5 min) | yes |" in timings_table(
+        serving(200, 25), "en")

@@ -1,15 +1,17 @@
-"""``python -m site_scripts.records.measure_suite``: how long the README's test command takes, freshly cloned.
+"""``python -m site_scripts.records.measure_suite``: how long the README's two commands take, freshly cloned.
 
 Scope: clone the repository's ``HEAD`` into a scratch folder outside it, run ``make setup`` there (the set-up
 part of ``make test``: ``.venv``, torch and every dependency from pip's cache, DeepInfer's sdist, Pyodide),
-then ``make test`` (every test, on the two workers; the set-up is then already done) and ``make test-quick``,
-each timed by the wall clock, and write what was measured to ``snippets/suite/timings.json``: each command's
-wall time, exit status and pytest's closing line, the commit, the CPU model (``lscpu``), its cores, the load
-average before and after, whether pip's cache served ``make setup``, and how long one build of the Qwen3.5
-tokenizer takes (what the suite's tokenizer cache saves for each random checkpoint it writes).
-``site_scripts/records/gen_suite.py`` renders the table the contributing page shows.
+``make serve`` twice until the site answers (the first regenerates every snippet; the second, with nothing
+changed, finds every generator up to date), then ``make test`` (every test, on the two workers; the set-up is
+then already done) and ``make test-quick``, each timed by the wall clock. It writes what was measured to
+``snippets/suite/timings.json``: each command's wall time, exit status and pytest's closing line; the commit,
+the CPU model (``lscpu``), its cores, the load average before and after; whether pip's cache served
+``make setup``; and how long one build of the Qwen3.5 tokenizer takes (what the suite's tokenizer cache saves
+for each random checkpoint it writes). ``site_scripts/records/gen_suite.py`` renders the table the
+contributing page shows.
 
-Usage: ``python -m site_scripts.records.measure_suite [--output PATH]`` (about 15 minutes on two cores; CI's
+Usage: ``python -m site_scripts.records.measure_suite [--output PATH]`` (about 20 minutes on two cores; CI's
 own run of ``make test`` is the other place the figure shows, in its log's slowest tests).
 
 Non-scope: the first set-up on a machine with nothing cached (it downloads every dependency; its time is the
@@ -22,11 +24,13 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,8 @@ from training.record import cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "snippets" / "suite" / "timings.json"
-COMMANDS = ("make setup", "make test", "make test-quick")
+COMMANDS = ("make setup", "make serve", "make serve (again)", "make test", "make test-quick")
+SITE = "http://127.0.0.1:8000/"  # where make serve serves the site
 SUMMARY = re.compile(r"^=+ (.*\d+ passed.*) in [\d.]+s.* =+$", re.M)
 SLOWEST = re.compile(r"^=+ slowest \d+ durations =+\n(.*?)\n(?:\(|=)", re.M | re.S)
 
@@ -54,6 +59,31 @@ def timed(command: str, cwd: Path) -> dict[str, Any]:
             "summary": found[-1] if found else None,
             "slowest": slowest[1].splitlines() if slowest else [],  # pytest's --durations list
             "tail": proc.stdout[-1500:] if proc.returncode else ""}
+
+
+def served(command: str, cwd: Path, timeout_s: float = 900.0) -> dict[str, Any]:
+    """Start ``make serve`` in ``cwd``, time it until the site answers, then stop it (its whole process
+    group); the result as :func:`timed` gives it, ``summary`` saying whether the site was served."""
+    started = time.perf_counter()
+    with subprocess.Popen(["make", "serve"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, start_new_session=True) as proc:
+        while proc.poll() is None and time.perf_counter() - started < timeout_s and not _answers(SITE):
+            time.sleep(0.5)
+        wall, answered = time.perf_counter() - started, proc.poll() is None and _answers(SITE)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output = proc.communicate()[0]
+    print(f"{command}: {wall:.0f} s, {'served' if answered else 'not served'}", flush=True)
+    return {"command": command, "wall_s": round(wall, 1), "returncode": 0 if answered else 1,
+            "summary": "served" if answered else None, "slowest": [],
+            "tail": "" if answered else output[-1500:]}
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
 
 
 def tokenizer_build_s(repeats: int = 3) -> float:
@@ -82,7 +112,9 @@ def measure(scratch: Path) -> dict[str, Any]:
     clone = scratch / "clone"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     load_before, pip_cache = os.getloadavg()[0], pip_cache_used()
-    runs = [timed(command, clone) for command in COMMANDS]
+    if _answers(SITE):
+        raise SystemExit(f"error: something already serves {SITE}; stop it first")
+    runs = [(served if command.startswith("make serve") else timed)(command, clone) for command in COMMANDS]
     return {"commit": commit, "cpu": cpu_model(), "cores": os.cpu_count(),
             "load_1m": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "pip_cache": pip_cache,
