@@ -22,7 +22,7 @@ DEMO = "mini_deepinfer.model_draft_demo"
 STREAM_CANCEL_ARGS = ("--speculative --device cpu --dtype float32 --prompt 'The capital of France is' --raw "
                       "--max-new-tokens 10 --cache-capacity 128 --draft-width 3 --stream "
                       "--cancel-after-tokens 2 --check-greedy")
-# Shown on the walkthrough page exactly like this; the doc test runs the page's copy and compares.
+# Shown on the walkthrough page (over two lines); the doc test runs the page's copy and compares.
 BAD_WIDTH = ("python -m mini_deepinfer.generate --model weights/tiny --draft-model weights/tiny-draft "
              "--speculative --prompt hi --draft-width 0 2>&1 >/dev/null || echo \"exit code $?\"")
 
