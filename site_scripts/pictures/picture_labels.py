@@ -1,238 +1,25 @@
 """The words of the site's pictures, in Chinese (``zh``) and English (``en``).
 
-Scope: one dict per picture, ``{"zh": {...}, "en": {...}}``, with the same keys in both languages. A value
-with ``{name}`` fields is formatted with the picture's numbers; every other value appears in the picture as it
-is (a test checks that). Non-scope: drawing (``*_picture.py``, ``charts.py``).
+Scope: one dict per picture, ``{"en": {...}, "zh": {...}}``, with the same keys in both languages, read from
+the family's ``words.toml`` (each label's two languages side by side there). A value with ``{name}`` fields is
+formatted with the picture's numbers; every other value appears in the picture as it is (a test checks that).
+Non-scope: drawing (``*_picture.py``, ``charts.py``).
 """
 
 from __future__ import annotations
 
-ABC = {
-    "zh": {
-        "title": "A/B/C 逐轮：预算给了谁，槽位归谁",
-        "budget_title": "每轮用掉的 token 预算（斜线：一块 prompt 的 prefill；实心：decode）",
-        "tokens": "token 数",
-        "budget": "预算 {n}",
-        "state_title": "状态槽位：每一轮里归谁",
-        "state_axis": "状态槽位",
-        "kv_title": "KV 槽位：每一轮里归谁",
-        "kv_axis": "KV 槽位",
-        "round": "轮",
-        "request": "请求 {request}",
-        "prefill": "prefill（一块 prompt）",
-        "decode": "decode（1 个 token）",
-        "takeover": "{new} 用上 {old} 归还的槽位",
-    },
-    "en": {
-        "title": "A/B/C round by round: who spends the budget, who holds the slots",
-        "budget_title": "Tokens of the budget spent each round (hatched: a prefill chunk; solid: a decode)",
-        "tokens": "tokens",
-        "budget": "budget {n}",
-        "state_title": "State slots: who holds them in each round",
-        "state_axis": "state slot",
-        "kv_title": "KV slots: who holds them in each round",
-        "kv_axis": "KV slot",
-        "round": "round",
-        "request": "request {request}",
-        "prefill": "prefill (a prompt chunk)",
-        "decode": "decode (1 token)",
-        "takeover": "{new} takes slots {old} gave back",
-    },
-}
+from site_scripts.build.common import phrases
 
-TIMELINE = {
-    "zh": {
-        "title": "同一组请求：同步执行与跨轮执行",
-        "sync_title": "同步：每一轮发出之后马上读回",
-        "cross_title": "跨轮（--pipeline）：先发出第 N+1 轮，再读回第 N 轮",
-        "cpu": "CPU",
-        # the lower lane holds rounds launched and not yet read: on a CPU nothing runs there in parallel
-        "device": "在途",
-        "device_round": "第 {round} 轮",
-        "step": "[{n}]",
-        "schedule": "调度",
-        "launch": "发出",
-        "read": "读回",
-        "commit": "提交",
-        "discard": "丢弃",
-        "finish": "结束",
-        "free": "归还槽位",
-        "in_flight": "在途的一轮（已发出，还没读回）",
-        "discard_note": "停止晚一轮才发现：丢弃第 {round} 轮的 token",
-        "free_note": "{request} 的 {n} 个 KV 槽位归还",
-        "order_note": "横轴是事件发生的先后，不是实测时间。"
-                      "竖线旁的 [N] 是引擎的第 N 步（trace 里的 [round N]），\n"
-                      "方块里的数字是这件事属于哪一轮。",
-    },
-    "en": {
-        "title": "The same requests, synchronous and cross-round",
-        "sync_title": "Synchronous: each round is read right after its launch",
-        "cross_title": "Cross-round (--pipeline): round N+1 is launched before round N is read",
-        "cpu": "CPU",
-        "device": "in flight",
-        "device_round": "round {round}",
-        "step": "[{n}]",
-        "schedule": "schedule",
-        "launch": "launch",
-        "read": "read",
-        "commit": "commit",
-        "discard": "discard",
-        "finish": "finish",
-        "free": "free slots",
-        "in_flight": "a round in flight (launched, not yet read)",
-        "discard_note": "stop found a round late: round {round}'s token discarded",
-        "free_note": "{request}'s {n} KV slots given back",
-        "order_note": "Left to right is the order of events, not measured time. "
-                      "[N] by a line starts engine step N\n([round N] in the trace); "
-                      "the number in a box is the round the event is about.",
-    },
-}
+ABC = phrases(__name__)["abc"]
 
-SPECULATIVE = {
-    "zh": {
-        "title": "投机解码逐轮：候选、接受、恢复两份缓存",
-        "round_title": "第 {round} 轮：{k} 个候选，接受 {accepted} 个，{last} {token}",
-        "proposed": "输入与候选",
-        "committed": "提交",
-        "target_cache": "目标模型缓存",
-        "draft_cache": "草稿缓存",
-        "position": "位置",
-        "input": "本轮输入",
-        "accepted": "接受的候选",
-        "rejected": "拒绝的候选",
-        "bonus": "bonus token",
-        "correction": "更正 token",
-        "computed": "恢复时丢掉的位置",
-        "kept": "保留的位置",
-        "topup": "下一轮补上的位置",
-        "target_lengths": "已算 {before} 个 → 保留 {after} 个",
-        "draft_lengths": "已算 {computed} 个 → 保留 {kept} 个 → 补到 {topup} 个",
-        "draft_lengths_last": "已算 {computed} 个 → 保留 {kept} 个（请求结束）",
-    },
-    "en": {
-        "title": "Speculative decoding round by round: drafts, acceptance, both caches restored",
-        "round_title": "Round {round}: {k} drafts, {accepted} accepted, {last} {token}",
-        "proposed": "input, drafts",
-        "committed": "committed",
-        "target_cache": "target cache",
-        "draft_cache": "draft cache",
-        "position": "position",
-        "input": "the round's input",
-        "accepted": "accepted draft",
-        "rejected": "rejected draft",
-        "bonus": "bonus token",
-        "correction": "correction token",
-        "computed": "positions dropped by the restore",
-        "kept": "positions kept",
-        "topup": "positions the next round tops up",
-        "target_lengths": "computed {before} → keep {after}",
-        "draft_lengths": "computed {computed} → keep {kept} → top up to {topup}",
-        "draft_lengths_last": "computed {computed} → keep {kept} (request finished)",
-    },
-}
+TIMELINE = phrases(__name__)["timeline"]
 
-ROUNDS_CHART = {
-    "zh": {
-        "title": "同步与跨轮：同一批请求",
-        "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} 形状，随机权重，测量 {repeats} 次",
-        "synchronous": "同步",
-        "cross_round": "跨轮",
-        "first_token_ms": "首个 token",
-        "finish_ms": "全部结束",
-        "run_wall_ms": "整次运行",
-        "ms": "毫秒（中位数；误差线：最快到最慢）",
-        "steps": "轮数",
-        "forwards": "前向次数",
-        "discarded_tokens": "丢弃的 token",
-        "count": "次数",
-    },
-    "en": {
-        "title": "Synchronous and cross-round: the same batch of requests",
-        "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} shape, random weights, runs: {repeats}",
-        "synchronous": "synchronous",
-        "cross_round": "cross-round",
-        "first_token_ms": "first token",
-        "finish_ms": "all finished",
-        "run_wall_ms": "whole run",
-        "ms": "ms (median; error bars: fastest to slowest run)",
-        "steps": "rounds",
-        "forwards": "forwards",
-        "discarded_tokens": "discarded tokens",
-        "count": "count",
-    },
-}
+SPECULATIVE = phrases(__name__)["speculative"]
 
-SPECULATIVE_CHART = {
-    "zh": {
-        "title": "投机解码的代价与接受率",
-        "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} 形状，随机权重，测量 {repeats} 次",
-        "relative_time": "耗时 / 普通 decode\n（中位数；误差线：最快到最慢）",
-        "forwards_per_token": "每个 token 的前向次数",
-        "acceptance": "接受率",
-        "plain": "普通 decode",
-        "width": "候选数 k={k}",
-        "target_filled": "目标模型（实心）",
-        "draft_hollow": "草稿模型（空心）",
-        "draft_always": "草稿：目标模型的副本（总接受）",
-        "draft_sometimes": "草稿：副本 + 噪声（有时接受）",
-        "draft_never": "草稿：输出错位（从不接受）",
-        "draft_half-depth": "草稿：目标模型的前一半层",
-    },
-    "en": {
-        "title": "The cost of speculative decoding against the acceptance rate",
-        "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} shape, random weights, runs: {repeats}",
-        "relative_time": "time / plain decoding\n(median; error bars: fastest to slowest run)",
-        "forwards_per_token": "forwards per token",
-        "acceptance": "acceptance rate",
-        "plain": "plain decoding",
-        "width": "k={k} drafts",
-        "target_filled": "target (filled)",
-        "draft_hollow": "draft (hollow)",
-        "draft_always": "draft: copy of the target (always accepted)",
-        "draft_sometimes": "draft: copy + noise (sometimes accepted)",
-        "draft_never": "draft: output shifted (never accepted)",
-        "draft_half-depth": "draft: the target's first half of layers",
-    },
-}
+ROUNDS_CHART = phrases(__name__)["rounds_chart"]
 
-TRANSFORMERS_CHART = {
-    "zh": {
-        "title": "我们的引擎与 transformers：同一个检查点",
-        "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} 形状，随机权重，测量 {repeats} 次",
-        "ours": "mini_deepinfer",
-        "transformers": "transformers",
-        "prompt_tokens": "{n} 个 token",
-        "prefill_s": "prefill 秒数（中位数；误差线：最快到最慢）",
-        "batch": "batch {n}",
-        "tokens_per_s": "decode token/秒",
-    },
-    "en": {
-        "title": "Our engine and transformers on the same checkpoint",
-        "measured_on": "{device} · {dtype} · {date}",
-        "workload": "{preset} shape, random weights, runs: {repeats}",
-        "ours": "mini_deepinfer",
-        "transformers": "transformers",
-        "prompt_tokens": "{n} tokens",
-        "prefill_s": "prefill seconds (median; error bars: fastest to slowest run)",
-        "batch": "batch {n}",
-        "tokens_per_s": "decode tokens/s",
-    },
-}
+SPECULATIVE_CHART = phrases(__name__)["speculative_chart"]
 
-MEASURED_TIMELINE = {  # gen_timeline.py: host and device spans of measured rounds
-    "zh": {"synchronous": "同步", "cross_round": "跨轮", "host": "主机", "device": "设备",
-           "launch": "launch（发出）", "read": "read（等待 token）", "engine": "引擎自己的工作",
-           "gpu": "设备上的这一轮", "ms": "毫秒（从所示第一轮开始）",
-           "no_device": "CPU：没有单独的设备，计算在 launch 里",
-           "title": "{device}，{mode}：每轮的主机与设备时间"},
-    "en": {"synchronous": "synchronous", "cross_round": "cross-round", "host": "host", "device": "device",
-           "launch": "launch", "read": "read (waiting for tokens)", "engine": "the engine's own work",
-           "gpu": "the round on the device", "ms": "ms (from the first round shown)",
-           "no_device": "CPU: no separate device, the work is inside launch",
-           "title": "{device}, {mode}: host and device time per round"},
-}
+TRANSFORMERS_CHART = phrases(__name__)["transformers_chart"]
+
+MEASURED_TIMELINE = phrases(__name__)["measured_timeline"]  # gen_timeline.py: spans of measured rounds
