@@ -61,6 +61,16 @@ CHROMIUM_FLAGS = [
 VIEWPORT = {"width": 1300, "height": 900}  # the window the lesson lines are measured at (test_line_widths)
 LOAD_TIMEOUT_MS = 60_000  # a page waits for its network to go quiet; the other test worker shares the CPU
 TABS_AT_ONCE = 4
+# Every page starts Material's search worker, which fetches the whole search index (4 MB) and builds it: about
+# a second of CPU a page. The visits of every page give it an empty worker instead (search then never answers,
+# and nothing else changes); the search tests open their pages with the real one.
+NO_SEARCH_WORKER = """
+const RealWorker = window.Worker;
+window.Worker = function (url, options) {
+  const search = String(url).includes("/workers/search");
+  return new RealWorker(search ? URL.createObjectURL(new Blob([""])) : url, options);
+};
+"""
 DIAGRAM_TIMEOUT_MS = 10_000  # a diagram mermaid cannot parse is never drawn
 LESSON = "lessons/01-life-of-a-request/"
 SEARCHES = {"zh": "调度", "en": "scheduler"}  # language -> a word that occurs in the lessons of that language
@@ -218,11 +228,14 @@ def language_menu(page: Page) -> dict[str, str]:
     )
 
 
-def start_page(context: BrowserContext, url: str, lang: str) -> tuple[Page, Visit]:
-    """Open ``url`` in a new tab, watching it, without waiting for it to load."""
+def start_page(context: BrowserContext, url: str, lang: str, search: bool = True) -> tuple[Page, Visit]:
+    """Open ``url`` in a new tab, watching it, without waiting for it to load; without ``search``, the page's
+    search worker is an empty one (:data:`NO_SEARCH_WORKER`)."""
     page = context.new_page()
     visit = Visit(url, lang)
     _watch(page, visit)
+    if not search:
+        page.add_init_script(NO_SEARCH_WORKER)
     page.goto(url, wait_until="commit")
     return page, visit
 
@@ -261,7 +274,8 @@ def visits(context: BrowserContext, hosted: Hosted, base_url: str) -> list[Visit
     pages = site_pages(hosted, base_url)
     seen = []
     for first in range(0, len(pages), TABS_AT_ONCE):
-        batch = [start_page(context, url, lang) for lang, url in pages[first:first + TABS_AT_ONCE]]
+        batch = [start_page(context, url, lang, search=False)
+                 for lang, url in pages[first:first + TABS_AT_ONCE]]
         for page, visit in batch:
             finish_page(page, visit)
             page.close()
