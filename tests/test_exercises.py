@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -381,6 +382,22 @@ def test_outcome_reads_pytest_s_summary_line() -> None:
 
 
 TESTED = [name for name, exercise in EXERCISES.items() if exercise.tests]
+SKIPPED_PYTEST_BLOCK = re.compile(r"^<!-- docs-test: skip -->\n```bash\n(python -m pytest .*?)\n```$",
+                                  re.M | re.S)
+
+
+@pytest.mark.parametrize("suffix", [".md", ".en.md"])
+@pytest.mark.parametrize("name", TESTED)
+def test_the_page_s_pytest_command_is_the_one_run_in_the_changed_copy_and_only_there(name: str,
+                                                                                     suffix: str) -> None:
+    """The doc tests skip the exercise's ``pytest`` block: the suite runs those tests here, and the test
+    below runs this very command in the changed copy, so the page must show exactly that command."""
+    exercise = EXERCISES[name]
+    text = (DOCS / f"{exercise.page}{suffix}").read_text(encoding="utf-8")
+    start = text.index("{#exercise}")
+    blocks = SKIPPED_PYTEST_BLOCK.findall(text, start, text.index("{#next}", start))
+    assert len(blocks) == 1, f"docs/{exercise.page}{suffix}: no single skipped `python -m pytest` block"
+    assert shlex.split(blocks[0].replace("\\\n", " ")) == ["python", "-m", "pytest", "-q", *exercise.tests]
 
 
 @pytest.mark.slow
