@@ -211,14 +211,30 @@ def test_the_docs_workflow_builds_strictly_and_publishes_dev_and_release_tags() 
 # -- mike, for real, in a scratch repository ---------------------------------------------------------------
 
 
+# A third of a build on two CPU cores is Material's search index (7 of 19 s). It is not what this test is
+# about, and the hosted build checks it (tests/test_browser.py searches in both languages).
+SEARCH_PLUGIN = re.compile(r"\n  - search:\n(?:      .*\n|\s*#.*\n)*")
+
+
+def without_search(config: Path) -> None:
+    """Drop the search plugin's entry (its settings and comments too) from a copy's ``mkdocs.yml``; setting
+    its ``enabled: false`` is not enough, as the i18n plugin then asks it for the index it did not make."""
+    text, found = SEARCH_PLUGIN.subn("\n", config.read_text(encoding="utf-8"))
+    assert found == 1, "mkdocs.yml does not list `- search:` once under plugins"
+    config.write_text(text, encoding="utf-8")
+
+
 @pytest.fixture(scope="module")
 def scratch_pages(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A git repository holding a copy of the working tree; two versions deployed to ``scratch-pages``."""
+    """A git repository holding a copy of the working tree (search off); two versions deployed
+    to ``scratch-pages``."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     mike = Path(sys.executable).parent / "mike"
     assert mike.exists(), "mike is not installed: pip install -e '.[docs]'"
     repo = repository_of_working_tree(tmp_path_factory.mktemp("scratch") / "repo")
+    without_search(repo / "mkdocs.yml")
+    git(repo, "commit", "--quiet", "--all", "--message", "no search index")
     # mike runs `mkdocs`: put this interpreter's bin/ first, as an activated virtual environment would
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PATH": path}
