@@ -28,6 +28,10 @@ Conventions for page authors:
 
 * A block shown on several pages (the same language and code) runs once per test process; each page's shown
   output is compared with that run.
+* A block that a snippet generator runs itself, as written, to make the one file its shown output includes
+  (the generator's ``SHOWN_BLOCKS`` maps that file to this very code) is not run here: ``make test``'s
+  regeneration runs it and compares its output with the committed file (``tests/test_snippets_current.py``).
+  A block that differs from its generator's by a character runs here as any other.
 * ```` ```pycon ```` fences are doctests (``ELLIPSIS`` and ``NORMALIZE_WHITESPACE`` on), run in the pytest
   process.
 * A fence whose body is only ``--8<--`` includes is not run.
@@ -43,6 +47,8 @@ the English blocks as well would run each command twice and test nothing more.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 import subprocess
 import sys
@@ -126,6 +132,27 @@ def _run(example: Example) -> str | None:
     return None
 
 
+@functools.cache
+def generated_blocks() -> dict[str, str]:
+    """``snippets/PATH`` -> the block that a generator runs to write that file (its ``SHOWN_BLOCKS``).
+
+    Only the generators whose source defines ``SHOWN_BLOCKS`` are imported (importing all of them imports
+    torch)."""
+    found: dict[str, str] = {}
+    for path in sorted((ROOT / "site_scripts").glob("*/gen_*.py")):
+        if "\nSHOWN_BLOCKS" in path.read_text(encoding="utf-8"):
+            module = importlib.import_module(f"site_scripts.{path.parent.name}.{path.stem}")
+            found.update({f"snippets/{name}": block for name, block in module.SHOWN_BLOCKS.items()})
+    return found
+
+
+def run_by_a_generator(block: Block) -> bool:
+    """Whether ``block`` is, character for character, the block a generator runs to make its shown output."""
+    lines = (block.expected or "").strip().splitlines()
+    include = INCLUDE.match(lines[0]) if len(lines) == 1 else None
+    return bool(include) and generated_blocks().get(include["path"]) == block.code.rstrip("\n")
+
+
 def _marks(text: str, document: Document) -> set[str]:
     marks = set(MARK.findall(text))
     unknown = marks - KNOWN_MARKS
@@ -149,7 +176,8 @@ def parse_fences(document: Document):
             ]
         else:
             out = None if match["out"] is None else _dedent(match["out"], match["indent"])
-            regions = [Region(match.start(), match.end(), Block(match["lang"], code, out), _run)]
+            block = Block(match["lang"], code, out)
+            regions = [] if run_by_a_generator(block) else [Region(match.start(), match.end(), block, _run)]
         for region in regions:
             if "slow" in marks:
                 SLOW_REGIONS.add((document.path, region.start))

@@ -7,11 +7,11 @@ checkpoint, and those with one prompt again with the question in English for the
 9's look at the text layer (the rendered chat prompt, its token ids, the stop ids, and the streaming
 detokenizer fed one id at a time).
 
-The checkpoint is written once per run of the generator, with the pages' settings (``--preset tiny --dtype
-float32``, seed 0), into ``weights/tiny`` under a temporary working folder. The example commands run there
-exactly as the pages print them (minus the line that writes the checkpoint), so paths in their output and in
-the records they write are the pages' relative ones, and the repository's own ``weights/`` and ``outputs/``
-are never touched. The doc tests run the pages' full blocks and compare their output with these files.
+Each page's block (:data:`SHOWN_BLOCKS`) is its first line, :data:`CHECKPOINT_LINE`, then an example. The
+generator runs that first line once, in a temporary working folder (it writes the same ``weights/tiny`` every
+time), and each example there as the page prints it, so paths in their output and in the records they write
+are the pages' relative ones, and the repository's own ``weights/`` and ``outputs/`` are never touched. As
+the blocks run here, the doc tests do not run them again (``conftest.py``: a block a generator runs).
 
 Non-scope: explaining any of it (the pages do), and the committed run records under ``snippets/records/``
 (made once by hand with ``--output``; see the text-generation page).
@@ -35,6 +35,10 @@ QUESTION_EN = "Explain in two sentences what the KV cache is for."
 """The English pages ask the same question in English where a command has this one prompt (README.en.md
 does the same); a command of two prompts, and every command behind a committed record, keeps this one."""
 STREAM_TEXT = "缓存😀龘"  # an emoji (one token, four bytes) and a rare character split over two tokens
+
+CHECKPOINT_LINE = ("python -m mini_deepinfer.random_checkpoint --preset tiny --dtype float32 --force "
+                   "weights/tiny > /dev/null")
+"""The first line of every block below: a random ``tiny`` checkpoint, the same files each time it runs."""
 
 # The pages' commands after the checkpoint line, keyed by the snippet each one's output goes to.
 EXAMPLES: dict[str, str] = {
@@ -76,19 +80,20 @@ EOF""",
 @functools.cache
 def workspace() -> Path:
     """A temporary working folder holding ``weights/tiny``; removed when the generator's process exits."""
-    import torch
-
-    from mini_deepinfer.tools.checkpoints import write_random_checkpoint
-
     folder = Path(tempfile.mkdtemp(prefix="gen-generate-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    write_random_checkpoint(folder / CHECKPOINT, "tiny", seed=0, dtype=torch.float32)
+    run_in(folder, CHECKPOINT_LINE)
     return folder
 
 
 def run_example(command: str) -> str:
-    """Run one example the way the doc tests do (``bash -euo pipefail``), in the workspace; return stdout."""
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=workspace(), env=command_env(),
+    """Run one example in the workspace; return its stdout."""
+    return run_in(workspace(), command)
+
+
+def run_in(folder: Path, command: str) -> str:
+    """Run a shell line the way the doc tests do (``bash -euo pipefail``) in ``folder``; return stdout."""
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=folder, env=command_env(),
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise GeneratorError(f"`{command}` exited {proc.returncode}:\n{proc.stderr}")
@@ -122,6 +127,10 @@ ENGLISH = ("generate/single.txt", "generate/stream.txt", "generate/output.txt")
 def english(command: str) -> str:
     """An example as the English pages print it: the one prompt asked in English."""
     return command.replace(f'"{QUESTION}"', f'"{QUESTION_EN}"')
+
+
+SHOWN_BLOCKS: dict[str, str] = {path: f"{CHECKPOINT_LINE}\n{command}" for path, command in EXAMPLES.items()}
+"""Snippet -> the block the Chinese pages show above it, which this generator runs to write it."""
 
 
 def _example(path: str) -> Callable[[], str]:

@@ -12,7 +12,7 @@ Non-scope: explaining any of it (the pages do).
 from __future__ import annotations
 
 from site_scripts.build.common import SNIPPETS, read_json
-from site_scripts.lessons.gen_generate import run_example
+from site_scripts.lessons.gen_generate import CHECKPOINT_LINE, run_example
 from site_scripts.performance.zh_tables import translate
 
 BENCH_JSON = SNIPPETS / "bench" / "prefix-cpu.json"
@@ -21,6 +21,8 @@ python -m mini_deepinfer.generate --model weights/tiny --raw --max-new-tokens 2 
   --prompt "The cache keeps every token of a prompt. Question one:" \\
   --prompt "The cache keeps every token of a prompt. Question two:" \\
   --prefix-cache --prefix-block 4 --stagger-prompts --trace-rounds"""
+SHOWN_BLOCKS = {"prefix-cache/run.txt": f"{CHECKPOINT_LINE}\n{COMMAND}"}
+"""Lesson 15's block, which this generator runs (the checkpoint line once, as ``gen_generate`` does)."""
 
 
 def memory_table() -> str:

@@ -58,6 +58,8 @@ done""",
   --prompt $'春望\\n杜甫\\n' --max-new-tokens 48 --cache-capacity 256""",
 }
 # --8<-- [end:commands]
+SHOWN_BLOCKS = COMMANDS
+"""Snippet -> the block the pages show above it, which this generator runs as written (``run_shell``)."""
 
 
 def _minutes(seconds: float) -> str:
