@@ -134,15 +134,13 @@ def _run(example: Example) -> str | None:
 
 @functools.cache
 def generated_blocks() -> dict[str, str]:
-    """``snippets/PATH`` -> the block that a generator runs to write that file (its ``SHOWN_BLOCKS``).
+    """``snippets/PATH`` -> the block that a generator runs to write that file (its ``SHOWN_BLOCKS``)."""
+    from site_scripts.build.regenerate import generator_modules
 
-    Only the generators whose source defines ``SHOWN_BLOCKS`` are imported (importing all of them imports
-    torch)."""
     found: dict[str, str] = {}
-    for path in sorted((ROOT / "site_scripts").glob("*/gen_*.py")):
-        if "\nSHOWN_BLOCKS" in path.read_text(encoding="utf-8"):
-            module = importlib.import_module(f"site_scripts.{path.parent.name}.{path.stem}")
-            found.update({f"snippets/{name}": block for name, block in module.SHOWN_BLOCKS.items()})
+    for module in map(importlib.import_module, generator_modules().values()):
+        shown = getattr(module, "SHOWN_BLOCKS", {})
+        found.update({f"snippets/{name}": block for name, block in shown.items()})
     return found
 
 
